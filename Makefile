@@ -1,0 +1,65 @@
+# zenvllm: one Makefile for set-up, the main job and every test tier.
+# `make deploy` serves a model; `make test` runs every tier the way CI does.
+
+PYTHON  ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+TARGET  ?= vllm-openai
+# Expensive things kept across runs (base image tarball, wheels, tiny model).
+export ZENVLLM_CACHE ?= /var/cache/zenvllm
+# The engine scripts/engine.sh starts when none answers; set DOCKER_HOST to use yours.
+export DOCKER_HOST ?= unix:///run/zenvllm/docker.sock
+PYTEST  := $(BIN)/pytest -p no:cacheprovider --basetemp=$(CURDIR)/.cache/pytest
+
+.PHONY: help venv lint unit test test-fast engine image deploy bench \
+        test-image test-serve test-ansible test-bench test-reliability clean
+
+help:
+	@echo "make deploy MODEL=DIR   build the image and serve MODEL on this host (Ansible)"
+	@echo "make test               every test tier, as CI runs it"
+	@echo "make test-fast          lint + pure-logic unit tests"
+	@echo "make image [TARGET=..]  build an image (vllm-openai, zen, pace)"
+	@echo "make bench              benchmark stock vs planned layouts"
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+lint: venv
+	$(BIN)/ruff check scripts tests ansible
+	$(BIN)/ruff format --check scripts tests ansible
+
+unit: venv
+	$(PYTEST) -q tests/unit
+
+test-fast: lint unit
+
+engine:
+	scripts/engine.sh
+
+image: venv engine
+	$(BIN)/zenvllm build --target $(TARGET)
+
+test-image: venv engine
+	$(PYTEST) -q tests/image
+
+test-serve: venv engine
+	$(PYTEST) -q tests/serve
+
+test-ansible: venv engine
+	$(PYTEST) -q tests/ansible
+
+test-bench: venv engine
+	$(PYTEST) -q tests/bench
+
+test-reliability: venv engine
+	$(PYTEST) -q tests/reliability
+
+# Every tier; CI=true turns any missing prerequisite into a failure, not a skip.
+test: test-fast test-image test-serve test-ansible test-bench test-reliability
+
+clean:
+	rm -rf .cache out

@@ -1,0 +1,3 @@
+"""zenvllm: run vLLM well on AMD EPYC CPUs."""
+
+__version__ = "0.1.0"

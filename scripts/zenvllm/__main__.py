@@ -1,0 +1,3 @@
+from zenvllm.cli import main
+
+raise SystemExit(main())
