@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Make sure a container engine answers on $DOCKER_HOST; install and start one if not.
+#
+# Debian's docker.io daemon is started with --bridge=none and no iptables or
+# masquerading rules, so the machine's network is left alone: builds and
+# containers use --network host (zenvllm passes it everywhere).
+set -euo pipefail
+
+: "${DOCKER_HOST:=unix:///run/zenvllm/docker.sock}"
+export DOCKER_HOST
+sock=${DOCKER_HOST#unix://}
+state=${ZENVLLM_ENGINE_STATE:-/var/lib/zenvllm/docker}
+run=$(dirname "$sock")
+
+if docker version --format '{{.Server.Version}}' >/dev/null 2>&1; then
+    exit 0
+fi
+
+if ! command -v dockerd >/dev/null 2>&1; then
+    echo "engine: installing Debian's docker.io" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends \
+        docker.io containerd runc iptables debootstrap >/dev/null
+fi
+
+mkdir -p "$state" "$run/exec"
+echo "engine: starting dockerd on $DOCKER_HOST (data in $state)" >&2
+nohup dockerd --iptables=false --ip-masq=false --bridge=none \
+    --data-root "$state" --exec-root "$run/exec" \
+    -H "unix://$sock" --pidfile "$run/dockerd.pid" \
+    >"$run/dockerd.log" 2>&1 &
+
+for _ in $(seq 60); do
+    if docker version --format '{{.Server.Version}}' >/dev/null 2>&1; then
+        exit 0
+    fi
+    sleep 0.5
+done
+echo "engine: dockerd did not answer on $DOCKER_HOST within 30 s; see $run/dockerd.log" >&2
+exit 1
