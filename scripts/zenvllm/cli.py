@@ -14,15 +14,11 @@ from zenvllm import __version__
 from zenvllm.errors import UserError
 
 # Verb modules, in the order `--help` lists them.
-VERBS = (
-    "zenvllm.commands_plan",
-)
+VERBS = ("zenvllm.commands_plan",)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="zenvllm", description="Run vLLM well on AMD EPYC CPUs."
-    )
+    parser = argparse.ArgumentParser(prog="zenvllm", description="Run vLLM well on AMD EPYC CPUs.")
     parser.add_argument("--version", action="version", version=f"zenvllm {__version__}")
     subparsers = parser.add_subparsers(dest="verb", required=True)
     for name in VERBS:

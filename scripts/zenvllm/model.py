@@ -50,8 +50,12 @@ def safetensors_bytes(path: Path) -> int:
     with path.open("rb") as f:
         (header_len,) = struct.unpack("<Q", f.read(8))
         header = json.loads(f.read(header_len))
-    return sum(end - start for key, t in header.items() if key != "__metadata__"
-               for start, end in [t["data_offsets"]])
+    return sum(
+        end - start
+        for key, t in header.items()
+        if key != "__metadata__"
+        for start, end in [t["data_offsets"]]
+    )
 
 
 def read_model(path: Path, dtype: str | None = None) -> Model:

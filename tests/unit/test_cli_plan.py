@@ -1,0 +1,103 @@
+"""`zenvllm plan` as a command: the JSON contract, the table, and clean refusals."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from zenvllm.topology import parse_cpu_list
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hosts"
+INSTANCE_KEYS = {
+    "name",
+    "port",
+    "cpus",
+    "mems",
+    "omp_threads_bind",
+    "kv_cache_gib",
+    "shm_size_mib",
+    "env",
+    "docker_args",
+}
+
+
+def zenvllm(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "zenvllm", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def fixture_roots():
+    return (
+        sorted(p for p in FIXTURES.iterdir() if (p / "sys").is_dir()) if FIXTURES.exists() else []
+    )
+
+
+def check_contract(plan: dict) -> None:
+    assert {"host", "instances", "warnings"} <= plan.keys()
+    assert plan["host"]["cpus"] and plan["host"]["nodes"]
+    assert plan["instances"]
+    for inst in plan["instances"]:
+        assert inst.keys() >= INSTANCE_KEYS
+        assert isinstance(inst["kv_cache_gib"], int) and inst["kv_cache_gib"] >= 1
+        assert set(parse_cpu_list(inst["omp_threads_bind"])) <= set(inst["cpus"])
+        assert inst["env"]["VLLM_CPU_OMP_THREADS_BIND"] == inst["omp_threads_bind"]
+        assert f"--shm-size={inst['shm_size_mib']}m" in inst["docker_args"]
+
+
+@pytest.mark.parametrize("root", fixture_roots(), ids=lambda p: p.name)
+def test_plan_json_for_every_fixture(root):
+    result = zenvllm("plan", "--root", str(root), "--model-size-gib", "1", "--json")
+    assert result.returncode == 0, result.stderr
+    check_contract(json.loads(result.stdout))
+
+
+def test_fixtures_exist_for_the_planner():
+    assert len(fixture_roots()) >= 8
+
+
+def test_plan_on_this_machine_table_and_json():
+    table = zenvllm("plan")
+    assert table.returncode == 0, table.stderr
+    assert "zenvllm-0" in table.stdout and "why:" in table.stdout
+    result = zenvllm("plan", "--json")
+    plan = json.loads(result.stdout)
+    check_contract(plan)
+    with open("/proc/cpuinfo") as f:
+        online = sum(1 for line in f if line.startswith("processor"))
+    assert len(plan["host"]["cpus"]) == online
+
+
+def test_impossible_model_exits_non_zero_naming_needed_and_available_gib():
+    result = zenvllm("plan", "--flavor", "epyc-9454-24c-96g", "--model-size-gib", "140", "--json")
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert "needs 144.0 GiB" in result.stderr and "93.1 GiB usable of 96.0 GiB" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--flavor", "m1.huge"], "unknown flavor 'm1.huge'; presets are"),
+        (["--flavor", "vcpus=7,ram_gib=8,smt=2"], "7 vCPUs do not split evenly"),
+        (["--root", "/nonexistent"], "/nonexistent"),
+        (["--model", "/nonexistent"], "no config.json"),
+        (["--instances", "0"], "give 1 or more"),
+    ],
+)
+def test_bad_input_is_refused_cleanly(args, message):
+    result = zenvllm("plan", *args)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert message in result.stderr
+
+
+def test_a_flavor_preset_plans_without_the_host():
+    result = zenvllm(
+        "plan", "--flavor", "epyc-9755-2s-256c-3072g", "--model-size-gib", "16", "--json"
+    )
+    plan = json.loads(result.stdout)
+    assert [i["mems"] for i in plan["instances"]] == [[0], [0], [1], [1]]

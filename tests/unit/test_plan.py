@@ -1,0 +1,200 @@
+"""The planner's rules, its invariants over random hosts, and its refusals."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from zenvllm.errors import PlanError
+from zenvllm.flavors import CPU_MODELS, PRESETS, synthetic_host
+from zenvllm.host import GIB, MIB
+from zenvllm.model import Model, model_of_size
+from zenvllm.plan import Policy, make_plan, node_budget
+from zenvllm.topology import parse_cpu_list
+
+TINY = Model(name="tiny", weight_bytes=2 * MIB, kv_bytes_per_token=1024, max_model_len=512)
+
+
+def flavor(vcpus, ram, numa=1, smt=1, cpu="genoa"):
+    return synthetic_host(f"vcpus={vcpus},ram_gib={ram},numa={numa},smt={smt},cpu={cpu}")
+
+
+def check_invariants(plan, host):
+    seen: set[int] = set()
+    per_node: dict[int, int] = {}
+    for inst in plan.instances:
+        cpus = set(inst.cpus)
+        assert cpus, inst
+        assert not cpus & seen, f"{inst.name} shares CPUs"
+        seen |= cpus
+        assert cpus <= host.allowed_cpus
+        assert {host.cpu(c).node for c in cpus} == {inst.node}, "instance crosses a node"
+        assert set(inst.omp_cpus) <= cpus
+        cores = [host.cpu(c).core for c in inst.omp_cpus]
+        assert len(cores) == len(set(cores)), "two OpenMP threads on one physical core"
+        assert parse_cpu_list(inst.omp_threads_bind) == inst.omp_cpus
+        assert inst.env["VLLM_CPU_OMP_THREADS_BIND"] == inst.omp_threads_bind
+        assert inst.env["VLLM_CPU_KVCACHE_SPACE"] == str(inst.kv_cache_gib)
+        assert inst.kv_cache_gib >= plan.policy.min_kv_cache_gib
+        per_node[inst.node] = per_node.get(inst.node, 0) + inst.memory_limit_mib * MIB - MIB
+    for node_id, used in per_node.items():
+        assert used <= node_budget(host.node(node_id).mem_total_bytes, plan.policy)
+    if host.cgroup_mem_limit_bytes:
+        assert sum(per_node.values()) <= host.cgroup_mem_limit_bytes
+    ports = [i.port for i in plan.instances]
+    assert len(set(ports)) == len(ports)
+
+
+hosts = st.builds(
+    lambda cores, numa, smt, ram, cpu: flavor(cores * numa * smt, ram * numa, numa, smt, cpu),
+    cores=st.integers(1, 48),
+    numa=st.sampled_from([1, 2, 4]),
+    smt=st.sampled_from([1, 2]),
+    ram=st.integers(4, 512),
+    cpu=st.sampled_from(sorted(c for c in CPU_MODELS if c != "milan")),
+)
+
+
+@st.composite
+def restricted(draw, host_strategy=hosts):
+    """A host, sometimes seen from inside a cgroup (fewer CPUs, a memory limit)."""
+    host = draw(host_strategy)
+    ids = sorted(c.id for c in host.cpus)
+    allowed = draw(st.sets(st.sampled_from(ids), min_size=1)) if draw(st.booleans()) else set(ids)
+    limit = draw(st.one_of(st.none(), st.integers(2, 256).map(lambda g: g * GIB)))
+    return dataclasses.replace(host, allowed_cpus=frozenset(allowed), cgroup_mem_limit_bytes=limit)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    host=restricted(),
+    size=st.sampled_from([0.002, 0.5, 2, 8, 16, 40, 140]),
+    instances=st.one_of(st.none(), st.integers(1, 16)),
+    layout=st.sampled_from(["contiguous", "interleaved"]),
+)
+def test_any_plan_keeps_the_invariants(host, size, instances, layout):
+    policy = Policy(instances=instances, layout=layout)
+    model = model_of_size(size)
+    try:
+        plan = make_plan(host, model, policy)
+    except PlanError as err:
+        assert "GiB" in str(err) or "--instances" in str(err) or "cpuset" in str(err)
+        return
+    check_invariants(plan, host)
+    assert make_plan(host, model, policy) == plan, "same input, same plan"
+    if instances is not None:
+        assert len(plan.instances) <= instances
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_every_preset_plans_and_covers_its_cores(preset):
+    host = synthetic_host(preset)
+    plan = make_plan(host, model_of_size(8))
+    check_invariants(plan, host)
+    assert set().union(*(set(i.cpus) for i in plan.instances)) == host.allowed_cpus
+
+
+def test_amd_9755_splits_into_two_64_core_instances_for_an_8b_model():
+    plan = make_plan(synthetic_host("epyc-9755-1s-128c-1536g"), model_of_size(16))
+    assert [len(i.cpus) for i in plan.instances] == [64, 64]
+    # No SMT: one core of each 64-core slice is left to the API server.
+    assert [len(i.omp_cpus) for i in plan.instances] == [63, 63]
+
+
+def test_two_sockets_get_an_instance_per_node_and_local_memory():
+    plan = make_plan(synthetic_host("epyc-9755-2s-256c-3072g"), model_of_size(16))
+    assert [(i.node, i.mems) for i in plan.instances] == [
+        (0, (0,)),
+        (0, (0,)),
+        (1, (1,)),
+        (1, (1,)),
+    ]
+
+
+def test_smt_siblings_serve_the_api_server_and_omp_takes_one_per_core():
+    host = synthetic_host("epyc-9454-24c-96g")  # 12 cores x 2 threads, sibling of c is c+12
+    (inst,) = make_plan(host, model_of_size(16)).instances
+    assert inst.cpus == tuple(range(24))
+    assert inst.omp_cpus == tuple(range(12, 24))  # the highest sibling, like vLLM's auto
+
+
+def test_tiny_model_on_the_two_core_test_machine_gets_one_instance_per_core():
+    plan = make_plan(flavor(2, 24, cpu="genoa"), TINY)
+    assert [(i.cpus, i.omp_threads_bind, i.port) for i in plan.instances] == [
+        ((0,), "0", 8001),
+        ((1,), "1", 8002),
+    ]
+    # KV is capped by what 256 sequences of 512 tokens can use, then raised to the minimum.
+    assert [i.kv_cache_gib for i in plan.instances] == [1, 1]
+
+
+def test_interleaved_layout_deals_cores_round_robin():
+    plan = make_plan(flavor(8, 64), model_of_size(0.5), Policy(instances=2, layout="interleaved"))
+    assert [i.cpus for i in plan.instances] == [(0, 2, 4, 6), (1, 3, 5, 7)]
+    plan = make_plan(flavor(8, 64), model_of_size(0.5), Policy(instances=2))
+    assert [i.cpus for i in plan.instances] == [(0, 1, 2, 3), (4, 5, 6, 7)]
+
+
+def test_kv_cache_is_the_nodes_leftover_times_the_fraction():
+    host = flavor(4, 64)
+    plan = make_plan(host, model_of_size(10), Policy(instances=2, kv_fraction=0.5))
+    budget = 64 * GIB - (1 * GIB + 0.02 * 64 * GIB)
+    fixed = 10 * GIB + 2 * GIB + 1024 * MIB
+    expected = int((budget - 2 * fixed) * 0.5 / 2 // GIB)
+    assert [i.kv_cache_gib for i in plan.instances] == [expected, expected]
+    assert plan.instances[0].memory_limit_mib == (fixed + expected * GIB) // MIB
+
+
+def test_cgroup_limit_caps_the_kv_cache():
+    host = dataclasses.replace(flavor(4, 64), cgroup_mem_limit_bytes=16 * GIB)
+    (inst,) = make_plan(host, model_of_size(4), Policy(instances=1)).instances
+    assert inst.kv_cache_gib == int(((16 * 0.98) - 7) * 0.9)
+    assert inst.memory_limit_mib * MIB <= 16 * GIB
+
+
+def test_model_larger_than_the_node_is_refused_with_the_numbers():
+    with pytest.raises(PlanError) as err:
+        make_plan(synthetic_host("epyc-9454-24c-96g"), model_of_size(140))
+    message = str(err.value)
+    assert "144.0 GiB" in message  # 140 weights + 2 runtime + 1 shm + 1 KV
+    assert "93.1 GiB usable of 96.0 GiB" in message
+    assert "quantized" in message
+
+
+def test_kv_below_the_minimum_is_refused():
+    host = dataclasses.replace(flavor(4, 64), cgroup_mem_limit_bytes=8 * GIB)
+    with pytest.raises(PlanError, match=r"below the 1 GiB minimum.*cgroup memory limit 8\.0 GiB"):
+        make_plan(host, model_of_size(4), Policy(instances=1))
+
+
+def test_no_usable_cores_is_refused():
+    host = dataclasses.replace(flavor(4, 64), allowed_cpus=frozenset())
+    with pytest.raises(PlanError, match="no usable CPUs"):
+        make_plan(host, TINY)
+
+
+def test_too_many_explicit_instances_is_refused():
+    with pytest.raises(PlanError, match="--instances 9 is more than the 8 usable physical cores"):
+        make_plan(flavor(8, 64), TINY, Policy(instances=9))
+
+
+def test_zen_target_on_an_avx2_only_cpu_is_refused():
+    with pytest.raises(PlanError, match="target zen needs avx512f, avx512_bf16"):
+        make_plan(synthetic_host("epyc-7763-8c-32g"), TINY, Policy(target="zen"))
+
+
+def test_zen_target_adds_its_tuning_env():
+    plan = make_plan(synthetic_host("epyc-9454-24c-96g"), TINY, Policy(target="zen"))
+    assert plan.instances[0].env["TORCHINDUCTOR_FREEZING"] == "1"
+    assert plan.instances[0].env["VLLM_ZENTORCH_WEIGHT_PREPACK"] == "1"
+
+
+def test_memory_only_node_is_explained_not_used():
+    host = flavor(8, 64, numa=1)
+    cxl = dataclasses.replace(host.nodes[0], id=1, cpus=(), mem_total_bytes=256 * GIB)
+    host = dataclasses.replace(host, nodes=(*host.nodes, cxl), allowed_mems=frozenset({0, 1}))
+    plan = make_plan(host, TINY)
+    assert {i.node for i in plan.instances} == {0}
+    assert any("node 1 has 256.0 GiB but no CPUs" in n for n in plan.notes)
