@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from zenvllm.topology import parse_cpu_list
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hosts"

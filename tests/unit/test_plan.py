@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from zenvllm.errors import PlanError
 from zenvllm.flavors import CPU_MODELS, PRESETS, synthetic_host
 from zenvllm.host import GIB, MIB

@@ -10,6 +10,7 @@ one was selected. Each test names where zenvllm deliberately differs.
 from __future__ import annotations
 
 import pytest
+
 from zenvllm.flavors import PRESETS, synthetic_host
 from zenvllm.host import MIB, Host
 from zenvllm.model import Model

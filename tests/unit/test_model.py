@@ -1,0 +1,79 @@
+"""Model sizing from config.json and safetensors headers."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+
+from zenvllm.errors import UserError
+from zenvllm.model import kv_bytes_per_token, model_of_size, read_model
+
+LLAMA_8B = {
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "hidden_size": 4096,
+    "max_position_embeddings": 131072,
+    "torch_dtype": "bfloat16",
+}
+
+
+def write_safetensors(path, tensors: dict[str, int]) -> None:
+    """A real safetensors file: header, then `nbytes` zero bytes per tensor."""
+    header, offset = {}, 0
+    for name, nbytes in tensors.items():
+        header[name] = {
+            "dtype": "BF16",
+            "shape": [nbytes // 2],
+            "data_offsets": [offset, offset + nbytes],
+        }
+        offset += nbytes
+    header["__metadata__"] = {"format": "pt"}
+    blob = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(blob)) + blob + bytes(offset))
+
+
+def test_kv_bytes_per_token_for_llama_3_8b():
+    # 32 layers x 8 KV heads x 128 head_dim x 2 (K, V) x 2 bytes = 128 KiB per token
+    assert kv_bytes_per_token(LLAMA_8B, 2) == 131072
+
+
+def test_explicit_head_dim_and_missing_kv_heads():
+    config = {"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64, "head_dim": 32}
+    assert kv_bytes_per_token(config, 2) == 2 * 4 * 32 * 2 * 2
+
+
+def test_read_model_sums_every_shard_from_headers(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA_8B))
+    write_safetensors(tmp_path / "model-00001-of-00002.safetensors", {"a": 4096, "b": 1024})
+    write_safetensors(tmp_path / "model-00002-of-00002.safetensors", {"c": 2048})
+    model = read_model(tmp_path)
+    assert model.weight_bytes == 4096 + 1024 + 2048
+    assert model.kv_bytes_per_token == 131072
+    assert model.max_model_len == 131072
+
+
+def test_float32_config_doubles_kv_bytes(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({**LLAMA_8B, "torch_dtype": "float32"}))
+    write_safetensors(tmp_path / "model.safetensors", {"a": 8})
+    assert read_model(tmp_path).kv_bytes_per_token == 2 * 131072
+
+
+def test_missing_config_and_missing_weights_are_refused(tmp_path):
+    with pytest.raises(UserError, match=r"no config\.json"):
+        read_model(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA_8B))
+    with pytest.raises(UserError, match=r"no \*\.safetensors files"):
+        read_model(tmp_path)
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(UserError, match="not valid JSON"):
+        read_model(tmp_path)
+
+
+def test_size_only_model():
+    model = model_of_size(16)
+    assert model.weight_gib == 16 and model.kv_bytes_per_token is None
+    with pytest.raises(UserError, match="not a positive size"):
+        model_of_size(0)
