@@ -1,0 +1,124 @@
+"""A bounded load client: N completions at concurrency C, then it stops by itself.
+
+Used by the reliability tier to prove that a fault or a rollout under load
+fails no request. Standard library only; loopback traffic only.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+
+@dataclass
+class LoadResult:
+    sent: int = 0
+    ok: int = 0
+    failed: int = 0
+    errors: Counter = field(default_factory=Counter)
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        errors = ", ".join(f"{k} x{v}" for k, v in self.errors.most_common()) or "none"
+        return (
+            f"sent {self.sent}, ok {self.ok}, failed {self.failed} in {self.seconds:.1f} s "
+            f"(errors: {errors})"
+        )
+
+
+def complete(url: str, model: str, max_tokens: int, timeout: float, headers: dict) -> None:
+    body = json.dumps(
+        {
+            "model": model,
+            "prompt": "The quick brown fox",
+            "max_tokens": max_tokens,
+            "temperature": 0,
+        }
+    ).encode()
+    request = urllib.request.Request(
+        f"{url}/v1/completions",
+        data=body,
+        headers={"Content-Type": "application/json", **headers},
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        reply = json.load(response)
+    if reply["usage"]["completion_tokens"] < 1:
+        raise ValueError("empty completion")
+
+
+def run_load(
+    url: str,
+    model: str,
+    requests: int = 200,
+    concurrency: int = 8,
+    max_tokens: int = 8,
+    timeout: float = 120.0,
+    headers: dict | None = None,
+    on_progress=None,
+) -> LoadResult:
+    """Send `requests` completions, `concurrency` at a time; count what fails and why."""
+    result = LoadResult()
+    lock = threading.Lock()
+    start = time.monotonic()
+
+    def one(_: int) -> None:
+        try:
+            complete(url, model, max_tokens, timeout, headers or {})
+            outcome = None
+        except urllib.error.HTTPError as err:
+            outcome = f"HTTP {err.code}"
+        except (urllib.error.URLError, OSError, ValueError, KeyError) as err:
+            outcome = type(err).__name__
+        with lock:
+            result.sent += 1
+            if outcome is None:
+                result.ok += 1
+            else:
+                result.failed += 1
+                result.errors[outcome] += 1
+            if on_progress:
+                on_progress(result)
+
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        list(pool.map(one, range(requests)))
+    result.seconds = time.monotonic() - start
+    return result
+
+
+class BackgroundLoad:
+    """Run `run_load` in a thread while a test breaks things; `.join()` gives the result."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        self.progress = LoadResult()
+        kwargs["on_progress"] = self._progress
+        self._result: LoadResult | None = None
+        self._thread = threading.Thread(target=self._run, args=args, kwargs=kwargs, daemon=True)
+
+    def _progress(self, partial: LoadResult) -> None:
+        self.progress = partial
+
+    def _run(self, *args, **kwargs) -> None:
+        self._result = run_load(*args, **kwargs)
+
+    def start(self) -> BackgroundLoad:
+        self._thread.start()
+        return self
+
+    def wait_for(self, sent: int, timeout: float = 300) -> None:
+        deadline = time.monotonic() + timeout
+        while self.progress.sent < sent and self._thread.is_alive():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only {self.progress.sent} of {sent} requests in {timeout} s")
+            time.sleep(0.2)
+
+    def join(self, timeout: float = 900) -> LoadResult:
+        self._thread.join(timeout)
+        if self._result is None:
+            raise TimeoutError(f"load did not finish in {timeout} s: {self.progress.summary()}")
+        return self._result
