@@ -1,0 +1,220 @@
+"""A tiny random-weight Llama that real vLLM serves, made offline in about a second.
+
+No hub and no torch: weights are numpy bfloat16 bits written with a
+hand-made safetensors header, and the byte-level BPE tokenizer is trained
+locally with `tokenizers` on generated text. head_dim is 32 because vLLM's
+CPU attention rejects 16 at the first request (the server passes /health and
+then dies), so a smoke test must send a real completion.
+
+    ensure_tiny_model() -> Path    cached under $ZENVLLM_CACHE/models/tiny-llama
+    python tests/support/tiny_model.py [DIR]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import struct
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+# Bump when the recipe changes: a cached model with another version is remade.
+RECIPE = 1
+HIDDEN = 128
+LAYERS = 2
+HEADS = 4
+KV_HEADS = 4
+HEAD_DIM = HIDDEN // HEADS  # 32
+INTERMEDIATE = 256
+VOCAB = 512
+MAX_LEN = 512
+SPECIAL = ["<unk>", "<s>", "</s>"]
+SEED = 1234
+
+
+def default_dir() -> Path:
+    cache = Path(os.environ.get("ZENVLLM_CACHE", "/var/cache/zenvllm"))
+    return cache / "models" / "tiny-llama"
+
+
+def corpus(lines: int = 2000, seed: int = SEED) -> list[str]:
+    """Deterministic English-ish text, so every machine trains the same tokenizer."""
+    rng = random.Random(seed)
+    words = ["the", "a", "an", "of", "to", "in", "on", "for", "with", "cpu", "core", "cache", "node", "memory", "thread", "model", "token", "server", "request", "epyc", "zen", "vector", "matrix", "kernel", "layer", "weight", "batch", "prompt", "answer", "fast", "small", "large", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "and", "or", "but", "is", "are", "was", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "hello", "world", "vllm", "serve"]
+    out = []
+    for _ in range(lines):
+        n = rng.randint(4, 16)
+        sentence = " ".join(rng.choice(words) for _ in range(n))
+        out.append(sentence.capitalize() + rng.choice([".", "!", "?", ","]))
+    return out
+
+
+def train_tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB,
+        special_tokens=SPECIAL,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus(), trainer=trainer)
+    return tok
+
+
+def to_bf16_bits(array: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bit patterns (round to nearest even), as uint16."""
+    bits = np.ascontiguousarray(array, dtype=np.float32).view(np.uint32)
+    rounded = bits + 0x7FFF + ((bits >> 16) & 1)
+    return (rounded >> 16).astype(np.uint16)
+
+
+def tensor_shapes(vocab: int) -> dict[str, tuple[int, ...]]:
+    shapes: dict[str, tuple[int, ...]] = {
+        "model.embed_tokens.weight": (vocab, HIDDEN),
+        "model.norm.weight": (HIDDEN,),
+        "lm_head.weight": (vocab, HIDDEN),
+    }
+    for i in range(LAYERS):
+        p = f"model.layers.{i}."
+        shapes.update(
+            {
+                p + "input_layernorm.weight": (HIDDEN,),
+                p + "post_attention_layernorm.weight": (HIDDEN,),
+                p + "self_attn.q_proj.weight": (HEADS * HEAD_DIM, HIDDEN),
+                p + "self_attn.k_proj.weight": (KV_HEADS * HEAD_DIM, HIDDEN),
+                p + "self_attn.v_proj.weight": (KV_HEADS * HEAD_DIM, HIDDEN),
+                p + "self_attn.o_proj.weight": (HIDDEN, HEADS * HEAD_DIM),
+                p + "mlp.gate_proj.weight": (INTERMEDIATE, HIDDEN),
+                p + "mlp.up_proj.weight": (INTERMEDIATE, HIDDEN),
+                p + "mlp.down_proj.weight": (HIDDEN, INTERMEDIATE),
+            }
+        )
+    return shapes
+
+
+def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
+    """safetensors: u64 header length, JSON header of offsets, then raw little-endian data."""
+    header: dict[str, dict] = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name, data in tensors.items():
+        size = data.nbytes
+        header[name] = {
+            "dtype": "BF16",
+            "shape": list(data.shape),
+            "data_offsets": [offset, offset + size],
+        }
+        offset += size
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # the data section starts 8-byte aligned
+    with path.open("wb") as f:
+        f.write(struct.pack("<Q", len(raw)))
+        f.write(raw)
+        for data in tensors.values():
+            f.write(data.astype("<u2").tobytes())
+
+
+def weights(vocab: int, seed: int = SEED) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, shape in tensor_shapes(vocab).items():
+        if name.endswith("norm.weight"):
+            values = np.ones(shape, dtype=np.float32)
+        else:
+            values = rng.normal(0.0, 0.02, size=shape).astype(np.float32)
+        out[name] = to_bf16_bits(values)
+    return out
+
+
+def config(vocab: int, bos: int, eos: int) -> dict:
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": HIDDEN,
+        "intermediate_size": INTERMEDIATE,
+        "num_hidden_layers": LAYERS,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": KV_HEADS,
+        "head_dim": HEAD_DIM,
+        "hidden_act": "silu",
+        "max_position_embeddings": MAX_LEN,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "vocab_size": vocab,
+        "bos_token_id": bos,
+        "eos_token_id": eos,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "zenvllm_tiny_recipe": RECIPE,
+    }
+
+
+def write_model(directory: Path) -> None:
+    tok = train_tokenizer()
+    vocab = tok.get_vocab_size()
+    bos, eos = tok.token_to_id("<s>"), tok.token_to_id("</s>")
+    tok.save(str(directory / "tokenizer.json"))
+    (directory / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+                "unk_token": "<unk>",
+                "model_max_length": MAX_LEN,
+                "clean_up_tokenization_spaces": False,
+            },
+            indent=2,
+        )
+    )
+    (directory / "special_tokens_map.json").write_text(
+        json.dumps({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}, indent=2)
+    )
+    (directory / "config.json").write_text(json.dumps(config(vocab, bos, eos), indent=2))
+    (directory / "generation_config.json").write_text(
+        json.dumps({"bos_token_id": bos, "eos_token_id": eos}, indent=2)
+    )
+    write_safetensors(directory / "model.safetensors", weights(vocab))
+
+
+def is_current(directory: Path) -> bool:
+    try:
+        cfg = json.loads((directory / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return cfg.get("zenvllm_tiny_recipe") == RECIPE and (directory / "model.safetensors").exists()
+
+
+def ensure_tiny_model(directory: Path | None = None) -> Path:
+    """The tiny model's directory, made (atomically) only if missing or stale."""
+    directory = Path(directory) if directory else default_dir()
+    if is_current(directory):
+        return directory
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}-"))
+    try:
+        write_model(tmp)
+        # Readable by the image's non-root user when mounted read-only.
+        tmp.chmod(0o755)
+        for f in tmp.iterdir():
+            f.chmod(0o644)
+        if directory.exists():
+            shutil.rmtree(directory)
+        tmp.rename(directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return directory
+
+
+if __name__ == "__main__":
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else None
+    print(ensure_tiny_model(target))
