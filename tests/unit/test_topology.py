@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from zenvllm.errors import UserError
 from zenvllm.host import GIB, Host
 from zenvllm.topology import (
