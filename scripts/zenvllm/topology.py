@@ -143,7 +143,22 @@ def _read(path: Path) -> str | None:
 
 def _read_list(path: Path) -> tuple[int, ...] | None:
     text = _read(path)
-    return None if text is None else parse_cpu_list(text)
+    if text is None:
+        return None
+    try:
+        return parse_cpu_list(text)
+    except ValueError as err:
+        raise UserError(f"{path}: {err}; is this a copy of a real sysfs tree?") from None
+
+
+def _read_int(path: Path, default: int) -> int:
+    text = (_read(path) or "").strip()
+    if not text:
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise UserError(f"{path}: expected an integer, found {text!r}") from None
 
 
 def _numbered(directory: Path, prefix: str) -> list[int]:
@@ -178,8 +193,8 @@ def _cpu_topology(cpu_dir: Path, online: tuple[int, ...]) -> dict[int, tuple[int
     raw: dict[int, tuple[int, int, tuple[int, ...] | None, tuple[int, ...] | None]] = {}
     for cpu in online:
         topo = cpu_dir / f"cpu{cpu}" / "topology"
-        package = int((_read(topo / "physical_package_id") or "0").strip() or 0)
-        core_id = int((_read(topo / "core_id") or str(cpu)).strip() or cpu)
+        package = _read_int(topo / "physical_package_id", 0)
+        core_id = _read_int(topo / "core_id", cpu)
         siblings = _read_list(topo / "thread_siblings_list")
         l3 = _read_list(cpu_dir / f"cpu{cpu}" / "cache" / "index3" / "shared_cpu_list")
         raw[cpu] = (package, core_id, siblings, l3)
@@ -266,20 +281,26 @@ def _candidates(mount: Path, path: str) -> list[Path]:
 
 
 def _min_limit(paths: list[Path], filename: str) -> int | None:
-    limits = [
-        lim
-        for p in paths
-        if (text := _read(p / filename)) is not None
-        and (lim := parse_memory_limit(text)) is not None
-    ]
+    """The tightest limit along the chain: a parent's limit binds its children too."""
+    limits = []
+    for p in paths:
+        text = _read(p / filename)
+        if text is None:
+            continue
+        try:
+            limit = parse_memory_limit(text)
+        except ValueError:
+            raise UserError(f"{p / filename}: expected bytes or 'max', found {text!r}") from None
+        if limit is not None:
+            limits.append(limit)
     return min(limits) if limits else None
 
 
 def _first_list(paths: list[Path], filename: str) -> tuple[int, ...] | None:
     for p in paths:
-        text = _read(p / filename)
-        if text is not None and text.strip():
-            return parse_cpu_list(text)
+        ids = _read_list(p / filename)
+        if ids:
+            return ids
     return None
 
 

@@ -297,6 +297,22 @@ def test_root_without_sysfs_is_a_clear_error(tmp_path: Path) -> None:
         read_host(tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("rel", "garbage"),
+    [
+        ("sys/devices/system/cpu/cpu3/topology/core_id", "three\n"),
+        ("sys/devices/system/node/node0/cpulist", "0-x\n"),
+        ("sys/fs/cgroup/system.slice/docker-5d1c0ffee0ddba11.scope/memory.max", "lots\n"),
+    ],
+)
+def test_corrupt_file_is_a_user_error_naming_it(tmp_path: Path, rel: str, garbage: str) -> None:
+    root = tmp_path / "h"
+    shutil.copytree(FIXTURES / "container-cgroup2-cpuset4-7", root)
+    (root / rel).write_text(garbage)
+    with pytest.raises(UserError, match=rel.split("/")[-1]):
+        read_host(root)
+
+
 # ------------------------------------------------------------------ the real host
 
 
