@@ -19,7 +19,7 @@ from pathlib import Path
 
 from zenvllm.host import GIB, Host
 from zenvllm.targets import TARGETS, missing_isa
-from zenvllm.topology import format_cpu_list, read_cgroup
+from zenvllm.topology import format_cpu_list, node_mem_totals, read_cgroup
 
 OK, WARN, FAIL, NA, INFO, NOT_CHECKED = "ok", "warn", "fail", "n/a", "info", "not checked"
 SECCOMP_FIX = (
@@ -53,6 +53,7 @@ class Probes:
     iomp: str | None = None
     zentorch: str | None = None  # version, "" when not installed
     vllm: str | None = None
+    node_mem_sysfs: tuple[int, ...] = ()  # MemTotal per node as sysfs states it
 
 
 # ------------------------------------------------------------------ pure checks
@@ -260,14 +261,16 @@ def check_smt(host: Host) -> Check:
     )
 
 
-def check_memory(host: Host) -> Check:
+def check_memory(host: Host, node_mem_sysfs: tuple[int, ...] = ()) -> Check:
     nodes = ", ".join(f"node {n.id} {_gib(n.mem_total_bytes)}" for n in host.nodes)
-    return Check(
-        "memory",
-        INFO,
-        f"{_gib(host.mem_total_bytes)} total, {_gib(host.mem_available_bytes)} available ({nodes})",
-        "weights, KV cache and shm are sized from these",
+    finding = (
+        f"{_gib(host.mem_total_bytes)} total, {_gib(host.mem_available_bytes)} available ({nodes})"
     )
+    stated = sum(node_mem_sysfs)
+    if stated and stated < 0.9 * host.mem_total_bytes:
+        # Seen on Firecracker VMs: node0 meminfo counts a fraction of the RAM.
+        finding += f"; node sysfs states only {_gib(stated)}, /proc/meminfo's total is used"
+    return Check("memory", INFO, finding, "weights, KV cache and shm are sized from these")
 
 
 def diagnose(host: Host, probes: Probes) -> list[Check]:
@@ -286,7 +289,7 @@ def diagnose(host: Host, probes: Probes) -> list[Check]:
         check_vllm(probes.vllm),
         check_cgroup(host, probes.cgroup_version),
         check_smt(host),
-        check_memory(host),
+        check_memory(host, probes.node_mem_sysfs),
     ]
 
 
@@ -356,14 +359,16 @@ def zentorch_version() -> str:
 
 
 def probe(root: Path) -> Probes:
-    numa_sysfs = (root / "sys" / "devices" / "system" / "node").is_dir()
-    cgroup_version = read_cgroup(root).version
+    from_root = {
+        "numa_sysfs": (root / "sys" / "devices" / "system" / "node").is_dir(),
+        "cgroup_version": read_cgroup(root).version,
+        "node_mem_sysfs": tuple(node_mem_totals(root).values()),
+    }
     if Path(root).resolve() != Path("/"):
-        return Probes(numa_sysfs=numa_sysfs, cgroup_version=cgroup_version)
+        return Probes(**from_root)
     dirs = library_dirs()
     return Probes(
-        numa_sysfs=numa_sysfs,
-        cgroup_version=cgroup_version,
+        **from_root,
         mempolicy_errno=get_mempolicy_errno(),
         tcmalloc=find_library(TCMALLOC_NAMES, dirs),
         iomp=find_library(IOMP_NAMES, dirs),

@@ -221,6 +221,15 @@ def _proc_meminfo(root: Path) -> dict[str, int]:
     return parse_meminfo(_read(root / "proc" / "meminfo") or "")
 
 
+def node_mem_totals(root: Path) -> dict[int, int]:
+    """MemTotal bytes per node as the node sysfs states it, before any reconciliation."""
+    node_dir = root / "sys" / "devices" / "system" / "node"
+    return {
+        n: parse_meminfo(_read(node_dir / f"node{n}" / "meminfo") or "").get("MemTotal", 0)
+        for n in _numbered(node_dir, "node")
+    }
+
+
 def _nodes(root: Path, online: tuple[int, ...], meminfo: dict[str, int]) -> tuple[Node, ...]:
     node_dir = root / "sys" / "devices" / "system" / "node"
     ids = _numbered(node_dir, "node")

@@ -66,6 +66,13 @@ def test_zen4_host_can_run_every_target() -> None:
     assert checks["numa"].finding.startswith("4 node(s)")
 
 
+def test_memory_line_explains_the_node_sysfs_shortfall() -> None:
+    memory = doctor("test-machine-zen4-2cpu")["memory"]
+    assert "23.5 GiB total" in memory.finding
+    assert "node sysfs states only 4.1 GiB" in memory.finding
+    assert "states only" not in doctor("epyc-9654-nps4")["memory"].finding
+
+
 def test_fixture_root_leaves_live_probes_unchecked() -> None:
     checks = doctor("epyc-9755-1s-nps1")
     for name in ("mempolicy", "tcmalloc", "iomp", "zentorch", "vllm"):
