@@ -8,6 +8,7 @@ only: this runs on bare hosts and inside the image.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -360,6 +361,11 @@ def read_host(root: Path = Path("/")) -> Host:
     allowed_cpus = (
         frozenset(online) if cgroup.cpus is None else frozenset(online) & set(cgroup.cpus)
     )
+    if root.resolve() == Path("/") and hasattr(os, "sched_getaffinity"):
+        # The live process may be narrower than its cgroup says (taskset, a parent
+        # cgroup the container cannot see, a cpuset controller not delegated).
+        narrower = allowed_cpus & os.sched_getaffinity(0)
+        allowed_cpus = narrower or allowed_cpus
     node_ids = {n.id for n in nodes}
     allowed_mems = (
         frozenset(node_ids) if cgroup.mems is None else frozenset(node_ids) & set(cgroup.mems)

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import require
 
 from zenvllm.cli import main
 from zenvllm.doctor import (
@@ -170,8 +171,7 @@ os.execv(sys.executable, [sys.executable, "-m", "zenvllm", "doctor", "--json"])
 
 
 def test_mempolicy_refused_by_seccomp_is_reported_with_the_fix() -> None:
-    if os.uname().machine != "x86_64":
-        pytest.skip("the syscall number and filter are x86_64")
+    require(os.uname().machine == "x86_64", "the syscall number and filter are x86_64")
     env = {**os.environ, "PYTHONPATH": str(SCRIPTS)}
     done = subprocess.run(
         [sys.executable, "-c", SECCOMP_THEN_EXEC], capture_output=True, text=True, env=env

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import require
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -317,8 +318,7 @@ def test_corrupt_file_is_a_user_error_naming_it(tmp_path: Path, rel: str, garbag
 
 
 def test_real_host_is_consistent() -> None:
-    if not Path("/sys/devices/system/cpu/online").exists():
-        pytest.skip("no sysfs here")
+    require(Path("/sys/devices/system/cpu/online").exists(), "no sysfs here")
     h = read_host()
     assert_consistent(h)
     assert len(h.allowed_cpus) == len(os.sched_getaffinity(0)) or h.allowed_cpus >= set(
@@ -329,3 +329,17 @@ def test_real_host_is_consistent() -> None:
     flags_line = next(line for line in first.splitlines() if line.startswith("flags"))
     assert h.flags == set(flags_line.split(":", 1)[1].split())
     assert h.mem_total_bytes == os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_real_host_honours_the_process_affinity() -> None:
+    require(len(os.sched_getaffinity(0)) >= 2, "needs at least two CPUs to narrow")
+    first = min(os.sched_getaffinity(0))
+    code = (
+        f"import os; os.sched_setaffinity(0, {{{first}}}); "
+        "from zenvllm.topology import read_host; print(sorted(read_host().allowed_cpus))"
+    )
+    scripts = Path(__file__).resolve().parents[2] / "scripts"
+    env = {**os.environ, "PYTHONPATH": str(scripts)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"[{first}]"
