@@ -197,3 +197,15 @@ def test_zentorch_found_without_importing_it(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "2.13.0.1"
+
+
+def test_doctor_and_reader_need_only_the_standard_library() -> None:
+    # -S drops site-packages: any third-party import would fail here.
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); "
+        "import zenvllm.commands_doctor, zenvllm.doctor, zenvllm.topology"
+    )
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", code, str(SCRIPTS)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
