@@ -14,7 +14,7 @@ from zenvllm import __version__
 from zenvllm.errors import UserError
 
 # Verb modules, in the order `--help` lists them.
-VERBS = ("zenvllm.commands_plan", "zenvllm.commands_doctor")
+VERBS = ("zenvllm.commands_plan", "zenvllm.commands_doctor", "zenvllm.commands_bench")
 
 
 def build_parser() -> argparse.ArgumentParser:

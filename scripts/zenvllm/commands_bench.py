@@ -1,0 +1,169 @@
+"""`zenvllm bench`: stock vLLM against the planner's layouts, measured by `vllm bench serve`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import urllib.error
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from zenvllm import bench
+from zenvllm.errors import UserError
+from zenvllm.host import GIB
+from zenvllm.model import read_model
+from zenvllm.topology import read_host
+
+DEFAULT_MAX_MODEL_LEN = 512
+
+
+def default_image(target: str) -> str:
+    """The tag `zenvllm build --target T` gives its image."""
+    from zenvllm import images
+
+    config = images.load_config()
+    return images.default_tag(config, images.resolve(config, target, {}, None))
+
+
+def image_present(tag: str) -> bool:
+    try:
+        done = subprocess.run(
+            ["docker", "image", "inspect", tag], capture_output=True, text=True, timeout=60
+        )
+    except FileNotFoundError:
+        raise UserError("docker not found on PATH; run `make engine` or install docker") from None
+    return done.returncode == 0
+
+
+def workload_from(args: argparse.Namespace) -> bench.Workload:
+    base = bench.QUICK if args.quick else bench.FULL
+    overrides = {
+        k: getattr(args, k)
+        for k in ("input_len", "output_len", "num_prompts", "concurrency", "repeats")
+        if getattr(args, k) is not None
+    }
+    return replace(base, **overrides)
+
+
+def gateway_endpoint(url: str) -> tuple[str, str]:
+    """The gateway's base URL and the model name it serves (from /v1/models)."""
+    from zenvllm.bench_run import get_json
+
+    url = url.rstrip("/")
+    try:
+        data = get_json(f"{url}/v1/models", timeout=10)
+        return url, data["data"][0]["id"]  # type: ignore[index]
+    except (OSError, urllib.error.URLError, ValueError, KeyError, IndexError, TypeError) as err:
+        raise UserError(
+            f"--gateway {url}: no model list at {url}/v1/models ({err}); give the base URL of "
+            "a running deploy.yml gateway, e.g. http://127.0.0.1:8000"
+        ) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    from zenvllm import bench_run
+
+    if not args.model.is_dir():
+        raise UserError(f"--model {args.model}: not a directory; give a local model directory")
+    model_dir = args.model.resolve()
+    model = read_model(model_dir)
+    max_len = args.max_model_len or min(DEFAULT_MAX_MODEL_LEN, model.max_model_len or 10**9)
+    workload = workload_from(args)
+    workload.check(max_len)
+    names = bench.parse_configs(args.configs, args.quick)
+    host = read_host()
+    configs, notes = bench.resolve(names, host, model, args.base_port, max_len)
+
+    images = {"vllm-openai": args.image or default_image("vllm-openai")}
+    if any(c.target == "zen" for c in configs):
+        images["zen"] = args.zen_image or default_image("zen")
+    for target, tag in images.items():
+        if not image_present(tag):
+            if target == "vllm-openai":
+                raise UserError(
+                    f"image {tag} not found; build it with `make image` (or pass --image TAG)"
+                )
+            notes.append(
+                f"zen configurations skipped: image {tag} not built (make image TARGET=zen)"
+            )
+            configs = [c for c in configs if c.target != "zen"]
+
+    gateway = None
+    if any(c.kind == "gateway" for c in configs):
+        if args.gateway:
+            gateway = gateway_endpoint(args.gateway)
+            notes.append(f"gateway: {gateway[0]} serving {gateway[1]}")
+        else:
+            notes.append("gateway: skipped, no --gateway URL (deploy with deploy.yml first)")
+            configs = [c for c in configs if c.kind != "gateway"]
+
+    for note in notes:
+        bench_run.say(f"note: {note}")
+    settings = bench_run.Settings(
+        model_dir=model_dir,
+        model_name=model.name,
+        images=images,
+        workload=workload,
+        max_model_len=max_len,
+        out_dir=args.out,
+        gateway=gateway,
+        start_timeout_s=args.start_timeout,
+        plots=not args.no_plots,
+        host_label=(
+            f"{host.model_name or 'unknown CPU'}, {len(host.allowed_cpus)} CPUs, "
+            f"{len(host.nodes)} NUMA node(s), {host.mem_total_bytes / GIB:.0f} GiB"
+        ),
+        notes=notes,
+    )
+    if args.dry_run:
+        plan = {
+            "configurations": [bench.config_dict(c, images.get(c.target)) for c in configs],
+            "workload": asdict(workload),
+            "notes": notes,
+        }
+        print(json.dumps(plan, indent=2))
+        return 0
+    result, status = bench_run.run_bench(configs, settings)
+    bench_run.print_summary(result, args.out)
+    return status
+
+
+def positive(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n} must be 1 or more")
+    return n
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "bench",
+        help="benchmark stock vLLM against the planner's layouts (vllm bench serve)",
+        description="Run `vllm bench serve` (from the image) against stock vLLM, the "
+        "planner's layouts and a deploy.yml gateway; write JSON, CSV, a Markdown table "
+        "and PNG plots.",
+    )
+    parser.add_argument("--model", type=Path, required=True, help="local model directory")
+    parser.add_argument("--quick", action="store_true", help="few prompts, one repeat (CI)")
+    parser.add_argument("--configs", help=f"comma list from: {', '.join(bench.SPECS)}")
+    parser.add_argument("--repeats", type=positive, help="measured runs per configuration")
+    parser.add_argument("--input-len", type=positive, help="random prompt tokens")
+    parser.add_argument("--output-len", type=positive, help="tokens generated per request")
+    parser.add_argument("--num-prompts", type=positive, help="requests per repeat, all clients")
+    parser.add_argument("--concurrency", type=positive, help="requests in flight, all clients")
+    parser.add_argument("--max-model-len", type=positive, help="served context length")
+    parser.add_argument("--image", help="vllm-openai image tag (default: what make image builds)")
+    parser.add_argument("--zen-image", help="zen image tag (default: make image TARGET=zen)")
+    parser.add_argument("--gateway", help="base URL of a deploy.yml gateway to measure too")
+    parser.add_argument("--base-port", type=positive, default=8401, help="first server port")
+    parser.add_argument("--out", type=Path, default=Path("out/bench"), help="output directory")
+    parser.add_argument("--start-timeout", type=float, default=900, help="seconds to /health")
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNGs (no matplotlib)")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the configurations as JSON, run nothing"
+    )
+    parser.set_defaults(func=run)
