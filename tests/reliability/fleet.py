@@ -1,0 +1,154 @@
+"""Deploy zenvllm on this machine with ansible/deploy.yml, and take it all down again.
+
+Everything the deployment writes goes to one temp dir (env files, run
+scripts, the planner copy, the seccomp profile) except the nginx site, which
+gets its own name so it never clobbers another deployment's. Extra vars go
+to Ansible through a 0600 file (`-e @file`), never the command line, so the
+fake secrets stay out of every process's arguments.
+
+Systemd is not PID 1 here: the instances role then lets the engine's restart
+policy (`--restart unless-stopped`) supervise the containers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+ANSIBLE = REPO / "ansible"
+DOCKER_HOST = os.environ.get("DOCKER_HOST", "unix:///run/zenvllm/docker.sock")
+IMAGE = "zenvllm/vllm-openai:0.32.0"
+NGINX_DEFAULT_SITE = Path("/etc/nginx/sites-enabled/default")
+# Fake secrets: the least-privilege tests look for them everywhere they must not be.
+HF_TOKEN = "hf_zenvllmFAKEtoken0123456789reliability"
+API_KEY = "sk-zenvllm-FAKE-key-0123456789-reliability"
+
+
+def docker(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DOCKER_HOST": DOCKER_HOST}
+    return subprocess.run(["docker", *args], capture_output=True, text=True, check=check, env=env)
+
+
+def ansible_env(root: Path) -> dict[str, str]:
+    cache = REPO / ".cache" / "ansible"
+    return {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(ANSIBLE / "ansible.cfg"),
+        "ANSIBLE_HOME": str(cache),
+        "ANSIBLE_LOCAL_TEMP": str(cache / "tmp"),
+        "ANSIBLE_REMOTE_TEMP": str(root / "ansible-remote-tmp"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_FORCE_COLOR": "0",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "DOCKER_HOST": DOCKER_HOST,
+    }
+
+
+@dataclass
+class Fleet:
+    root: Path
+    model_dir: Path
+    base_port: int = 8311
+    gateway_port: int = 8310
+    image: str = IMAGE
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def config_dir(self) -> Path:
+        return self.root / "etc"
+
+    @property
+    def site(self) -> Path:
+        return Path(f"/etc/nginx/conf.d/zenvllm-reliability-{self.gateway_port}.conf")
+
+    @property
+    def gateway(self) -> str:
+        return f"http://127.0.0.1:{self.gateway_port}"
+
+    def ports(self, n: int = 2) -> list[int]:
+        return [self.base_port + i for i in range(n)]
+
+    def variables(self, **override) -> dict:
+        return {
+            "zenvllm_model_dir": str(self.model_dir),
+            "zenvllm_image": self.image,
+            "zenvllm_docker_host": DOCKER_HOST,
+            "zenvllm_hf_token": HF_TOKEN,
+            "zenvllm_api_key": API_KEY,
+            # This is a shared CI machine: no sysctls, no /etc/fstab edits.
+            "zenvllm_host_manage_sysctls": False,
+            "zenvllm_host_manage_shm": False,
+            "zenvllm_host_engine_install": False,
+            "zenvllm_instances_count": 2,
+            "zenvllm_instances_base_port": self.base_port,
+            # Two instances of a 2 MB model on a shared 24 GiB machine: 1 GiB KV each.
+            "zenvllm_instances_kv_cache_gib": 1,
+            "zenvllm_instances_max_model_len": 512,
+            "zenvllm_instances_served_model_name": "tiny",
+            "zenvllm_instances_serve_args": ["--dtype", "bfloat16", "--enforce-eager"],
+            "zenvllm_instances_supervisor": "engine",
+            "zenvllm_instances_config_dir": str(self.config_dir),
+            "zenvllm_instances_lib_dir": str(self.root / "lib"),
+            "zenvllm_instances_seccomp_profile": str(self.config_dir / "seccomp-numa.json"),
+            "zenvllm_instances_health_timeout": 600,
+            "zenvllm_instances_health_delay": 2,
+            "zenvllm_gateway_listen": f"127.0.0.1:{self.gateway_port}",
+            "zenvllm_gateway_site_path": str(self.site),
+            "zenvllm_verify_health_delay": 2,
+            **self.extra,
+            **override,
+        }
+
+    def playbook(
+        self, *args: str, timeout: float = 1200, **override
+    ) -> subprocess.CompletedProcess:
+        """Run deploy.yml with these variables; output captured (stdout and stderr together)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        vars_file = self.root / "vars.json"
+        fd = os.open(vars_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            json.dump(self.variables(**override), out)
+        argv = [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            "deploy.yml",
+            "-e",
+            f"@{vars_file}",
+            *args,
+        ]
+        return subprocess.run(
+            argv,
+            cwd=ANSIBLE,
+            env=ansible_env(self.root),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def containers(self, n: int = 2) -> list[str]:
+        """This fleet's containers (by port label: another deployment's are not ours)."""
+        names: set[str] = set()
+        for port in self.ports(n):
+            done = docker(
+                "ps", "--all", "--filter", f"label=zenvllm.port={port}", "--format", "{{.Names}}"
+            )
+            names.update(done.stdout.split())
+        return sorted(names)
+
+    def teardown(self, default_site_was_there: bool) -> None:
+        for name in self.containers():
+            docker("rm", "--force", name, check=False)
+        self.site.unlink(missing_ok=True)
+        if default_site_was_there and not NGINX_DEFAULT_SITE.exists():
+            NGINX_DEFAULT_SITE.symlink_to("/etc/nginx/sites-available/default")
+        if shutil.which("nginx") and Path("/run/nginx.pid").exists():
+            subprocess.run(["nginx", "-s", "reload"], capture_output=True, check=False)
+        # The containers' /dev/shm and /tmp (libiomp5 and vLLM leftovers) go with them.
+        shutil.rmtree(self.root, ignore_errors=True)

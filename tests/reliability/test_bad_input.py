@@ -1,0 +1,190 @@
+"""The bad-input catalogue (README, "Reliability and bad input"): one test per row.
+
+Each row asserts what an operator needs from a refusal: a message naming the
+value, the limit and the fix; a non-zero exit; and nothing half-done left
+behind (no output on stdout, no partial files, no started containers).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES, REPO, require, require_tool
+from fleet import DOCKER_HOST, IMAGE, Fleet, docker
+
+pytestmark = pytest.mark.reliability
+
+
+def zenvllm(*args: str, cwd: Path = REPO, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "zenvllm", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        check=False,
+        timeout=600,
+    )
+
+
+def refused(done: subprocess.CompletedProcess, *needles: str) -> str:
+    """A refusal: exit 2, nothing on stdout, every needle on stderr."""
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert done.stdout == "", done.stdout
+    for needle in needles:
+        assert needle in done.stderr, (needle, done.stderr)
+    return done.stderr
+
+
+def leftovers(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+def engine_up() -> None:
+    require_tool("docker")
+    up = docker("version", "--format", "{{.Server.Version}}", check=False).returncode == 0
+    require(up, f"no container engine answers on {DOCKER_HOST} (make engine)")
+
+
+def image_present(tag: str = IMAGE) -> None:
+    engine_up()
+    found = docker("image", "inspect", tag, check=False).returncode == 0
+    require(found, f"image {tag} missing (make image)")
+
+
+# -- the planner ---------------------------------------------------------------
+def test_model_too_big_for_a_node():
+    done = zenvllm("plan", "--flavor", "epyc-9454-24c-96g", "--model-size-gib", "140", "--json")
+    refused(
+        done,
+        "does not fit node 0",
+        "144.0 GiB",  # what one instance needs
+        "93.1 GiB usable of 96.0 GiB",  # the limit
+        "smaller or quantized model",  # the fix
+    )
+
+
+def test_kv_cache_below_the_minimum():
+    # An 8 GiB container: 4 GiB of weights plus runtime and shm leave no room for KV.
+    root = FIXTURES / "container-cgroup1"
+    done = zenvllm("plan", "--root", str(root), "--model-size-gib", "4", "--json")
+    refused(
+        done,
+        "KV cache would be 0 GiB per instance",
+        "below the 1 GiB minimum",
+        "cgroup memory limit 8.0 GiB",
+        "fewer instances, a smaller or quantized model, or a bigger flavor",
+    )
+
+
+def test_unknown_flavor():
+    done = zenvllm("plan", "--flavor", "epyc-9999-1c-1g", "--model-size-gib", "1")
+    refused(
+        done,
+        "unknown flavor 'epyc-9999-1c-1g'",
+        "epyc-9454-24c-96g",  # the presets there are
+        "vcpus=N,ram_gib=N",  # or how to describe one
+    )
+
+
+def test_target_needs_an_isa_this_cpu_lacks():
+    # This machine has AVX-512 BF16 (Zen 4): a Zen 3 fixture without AVX-512 stands in.
+    root = FIXTURES / "vm-milan-8vcpu-avx2"
+    assert "avx512f" not in (root / "proc" / "cpuinfo").read_text()
+    for target in ("zen", "pace"):
+        done = zenvllm("plan", "--root", str(root), "--target", target, "--model-size-gib", "1")
+        refused(
+            done,
+            f"target {target} needs avx512f, avx512_bf16",
+            "AMD EPYC 7763",
+            "Use --target vllm-openai",
+        )
+
+
+# -- images ----------------------------------------------------------------------
+def test_pin_the_matrix_rules_out(tmp_path):
+    output = tmp_path / "ctx"
+    done = zenvllm(
+        "render", "--target", "zen", "--pin", "zentorch=2.14.0.1", "--output", str(output)
+    )
+    refused(
+        done,
+        "zentorch 2.14.0.1 needs torch >=2.14.0,<2.15",  # the value and the limit
+        "torch is pinned to 2.13.0+cpu",
+        ">=2.13.0.0,<2.14",  # the supported range
+        "--pin zentorch=",  # the fix
+    )
+    assert leftovers(tmp_path) == []  # no context, no temp dir beside it
+
+
+# -- the deployment ----------------------------------------------------------------
+@pytest.fixture
+def fleet(tmp_path):
+    from support.tiny_model import ensure_tiny_model
+
+    playbook = Path(sys.executable).parent / "ansible-playbook"
+    require(playbook.exists(), f"{playbook} missing (make venv)")
+    engine_up()
+    root = tmp_path / "fleet"
+    return Fleet(root=root, model_dir=ensure_tiny_model(), base_port=8411, gateway_port=8410)
+
+
+def test_malformed_yaml_vars_file(fleet, tmp_path):
+    bad = tmp_path / "site.yml"
+    bad.write_text(
+        "zenvllm_instances_count: 2\n"
+        "zenvllm_gateway_listen: [127.0.0.1:8410\n"  # the unclosed list
+        "zenvllm_api_key: x\n"
+    )
+    done = fleet.playbook("-e", f"@{bad}")
+    assert done.returncode != 0
+    out = done.stdout
+    assert "YAML parsing failed" in out, out
+    assert f"{bad}:3:" in out, out  # file and line
+    assert "zenvllm_gateway_listen: [127.0.0.1:8410" in out  # the offending line, shown
+    assert fleet.containers() == []
+    assert not fleet.config_dir.exists()
+    assert not fleet.site.exists()
+
+
+def test_image_missing_on_the_host(fleet):
+    missing = "zenvllm/vllm-openai:no-such-tag"
+    assert docker("image", "inspect", missing, check=False).returncode != 0
+    done = fleet.playbook(zenvllm_image=missing)
+    out = done.stdout
+    assert done.returncode != 0, out
+    assert f"Image {missing} is not on localhost" in out, out
+    assert "make image" in out  # the fix
+    # Refused before the instances role: no container, no env file, no gateway site.
+    assert fleet.containers() == []
+    assert not fleet.config_dir.exists()
+    assert not fleet.site.exists()
+    assert "TASK [zenvllm_instances" not in out
+
+
+# -- the container ---------------------------------------------------------------------
+def test_numa_syscalls_not_permitted_in_the_container():
+    image_present()
+    # The engine's default: no SYS_NICE, so get_mempolicy answers EPERM.
+    done = docker(
+        "run",
+        "--rm",
+        "--network",
+        "host",
+        "--entrypoint",
+        "/opt/venv/bin/python",
+        IMAGE,
+        "-m",
+        "zenvllm",
+        "doctor",
+        check=False,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    line = next(x for x in done.stdout.splitlines() if "mempolicy" in x)
+    assert line.startswith("fail"), line
+    assert "get_mempolicy: Operation not permitted" in line
+    assert "--cap-add SYS_NICE --security-opt seccomp=" in line  # the fix
