@@ -14,7 +14,12 @@ from zenvllm import __version__
 from zenvllm.errors import UserError
 
 # Verb modules, in the order `--help` lists them.
-VERBS = ("zenvllm.commands_plan", "zenvllm.commands_doctor", "zenvllm.commands_bench")
+VERBS = (
+    "zenvllm.commands_plan",
+    "zenvllm.commands_doctor",
+    "zenvllm.commands_image",
+    "zenvllm.commands_bench",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,156 @@
+"""Drive the container engine: docker (BuildKit when the client has it) or podman.
+
+Thin on purpose: choosing the engine and the command line are pure functions
+over what was probed; running them is the only side effect.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from zenvllm.errors import UserError
+
+ENGINES = ("auto", "docker", "podman")
+BUILDERS = ("auto", "buildkit", "legacy")
+
+
+@dataclass(frozen=True)
+class Engine:
+    kind: str  # docker or podman
+    binary: str
+    buildkit: bool  # BuildKit (cache mounts) rather than docker's legacy builder
+
+
+def _run(argv: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True, check=False, env=env)
+
+
+def client_major(binary: str) -> int | None:
+    done = _run([binary, "version", "--format", "{{.Client.Version}}"])
+    head = done.stdout.strip().split(".")[0]
+    return int(head) if head.isdigit() else None
+
+
+def has_buildkit(binary: str) -> bool:
+    """Clients before 23 carry BuildKit inside (DOCKER_BUILDKIT=1); later ones need buildx."""
+    if _run([binary, "buildx", "version"]).returncode == 0:
+        return True
+    major = client_major(binary)
+    return major is not None and major < 23
+
+
+def docker_candidates() -> list[str]:
+    # Debian's /usr/bin/docker (20.10) has BuildKit built in; a newer client on
+    # PATH without the buildx plugin only has the legacy builder.
+    found = [shutil.which("docker"), "/usr/bin/docker"]
+    return list(dict.fromkeys(p for p in found if p and os.access(p, os.X_OK)))
+
+
+def choose_engine(kind: str = "auto", builder: str = "auto") -> Engine:
+    if kind not in ENGINES:
+        raise UserError(f"--engine {kind!r} is not one of {', '.join(ENGINES)}")
+    if builder not in BUILDERS:
+        raise UserError(f"--builder {builder!r} is not one of {', '.join(BUILDERS)}")
+    if kind in ("auto", "docker"):
+        candidates = docker_candidates()
+        if candidates:
+            if builder == "legacy":
+                return Engine("docker", candidates[0], False)
+            for binary in candidates:
+                if has_buildkit(binary):
+                    return Engine("docker", binary, True)
+            if builder == "buildkit":
+                raise UserError(
+                    "--builder buildkit: no docker client here has BuildKit "
+                    "(install docker-buildx or Debian's docker.io client)"
+                )
+            return Engine("docker", candidates[0], False)
+        if kind == "docker":
+            raise UserError("docker not found: run `make engine` or pass --engine podman")
+    podman = shutil.which("podman")
+    if podman is None:
+        raise UserError("no container engine found: run `make engine` (docker) or install podman")
+    return Engine("podman", podman, builder != "legacy")
+
+
+def check_daemon(engine: Engine) -> None:
+    if engine.kind == "docker":
+        done = _run([engine.binary, "version", "--format", "{{.Server.Version}}"])
+        if done.returncode != 0:
+            host = os.environ.get("DOCKER_HOST", "the default socket")
+            raise UserError(
+                f"no docker daemon answers on {host}: run `make engine` or set DOCKER_HOST"
+            )
+
+
+def build_argv(
+    engine: Engine,
+    context: Path,
+    tag: str,
+    network: str,
+    base_image: str | None,
+    iidfile: Path,
+    no_cache: bool = False,
+) -> list[str]:
+    argv = [engine.binary, "build", "--network", network, "--tag", tag]
+    argv += ["--iidfile", str(iidfile)]
+    if engine.kind == "docker" and engine.buildkit:
+        argv += ["--progress", "plain"]
+    if engine.kind == "podman":
+        # podman's default rlimits fail here ("error setting rlimit type 7").
+        argv += ["--ulimit", "nofile=20000:20000", "--ulimit", "nproc=4096:4096"]
+    if base_image:
+        argv += ["--build-arg", f"BASE_IMAGE={base_image}"]
+    if no_cache:
+        argv.append("--no-cache")
+    return [*argv, str(context)]
+
+
+def build_env(engine: Engine) -> dict[str, str]:
+    env = dict(os.environ)
+    if engine.kind == "docker":
+        env["DOCKER_BUILDKIT"] = "1" if engine.buildkit else "0"
+    return env
+
+
+def run_build(argv: list[str], env: dict[str, str], log: Path | None = None) -> None:
+    """Run the build, its output to `log` (or inherited); raise with the tail on failure."""
+    if log is None:
+        done = subprocess.run(argv, env=env, check=False)
+        if done.returncode != 0:
+            raise UserError(
+                f"the image build failed (exit {done.returncode}); see the output above"
+            )
+        return
+    with log.open("w") as out:
+        done = subprocess.run(argv, env=env, stdout=out, stderr=subprocess.STDOUT, check=False)
+    if done.returncode != 0:
+        tail = "".join(log.read_text().splitlines(keepends=True)[-25:])
+        raise UserError(f"the image build failed (exit {done.returncode}); log {log}:\n{tail}")
+
+
+def build_context(
+    engine: Engine,
+    context: Path,
+    tag: str,
+    network: str = "host",
+    base_image: str | None = None,
+    log: Path | None = None,
+    no_cache: bool = False,
+) -> str:
+    """Build a rendered context; return the image ID."""
+    with tempfile.TemporaryDirectory(prefix="zenvllm-iid-") as tmp:
+        iidfile = Path(tmp) / "iid"
+        argv = build_argv(engine, context, tag, network, base_image, iidfile, no_cache)
+        run_build(argv, build_env(engine), log)
+        return iidfile.read_text().strip()
+
+
+def image_id(engine: Engine, tag: str) -> str | None:
+    done = _run([engine.binary, "image", "inspect", "--format", "{{.Id}}", tag])
+    return done.stdout.strip() if done.returncode == 0 else None

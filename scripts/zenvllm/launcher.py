@@ -1,0 +1,322 @@
+"""The image's entrypoint: plan this container, check the runtime, exec `vllm serve`.
+
+`docker run IMAGE --model DIR` alone serves with sane sizes: the planner runs
+on the container's own cgroup and cpuset (one instance, this image's target)
+and fills VLLM_CPU_KVCACHE_SPACE, VLLM_CPU_OMP_THREADS_BIND and the target's
+tuning variables. Anything already in the environment (e.g. from a
+deployment plan) wins. Standard library only: it runs before vLLM's imports.
+
+Every line it logs starts with "zenvllm-launch:", on stderr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import sys
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+from zenvllm.errors import UserError
+from zenvllm.host import Host
+
+MANIFEST = Path("/etc/zenvllm/image.json")
+PORT_FILE = Path("/tmp/zenvllm.port")  # read by `python -m zenvllm.health`
+PREFIX = "zenvllm-launch:"
+# What vLLM's ZenCpuPlatform and zentorch's bf16 path need from /proc/cpuinfo.
+ZEN_VENDOR = "AuthenticAMD"
+ZEN_FLAGS = ("avx512f", "avx512_bf16")
+
+
+def log(message: str) -> None:
+    print(f"{PREFIX} {message}", file=sys.stderr, flush=True)
+
+
+# -- arguments ---------------------------------------------------------------
+@dataclass(frozen=True)
+class ServeArgs:
+    model: str
+    rest: list[str] = field(default_factory=list)  # everything else, for vllm serve
+
+    def option(self, name: str) -> str | None:
+        """The value of --name V or --name=V among the remaining args."""
+        for i, arg in enumerate(self.rest):
+            if arg == name and i + 1 < len(self.rest):
+                return self.rest[i + 1]
+            if arg.startswith(name + "="):
+                return arg.split("=", 1)[1]
+        return None
+
+
+def parse_args(argv: list[str]) -> ServeArgs:
+    """Accept `--model M ...`, `M ...`, or either after a leading `serve`/`vllm serve`."""
+    args = list(argv)
+    if args[:2] == ["vllm", "serve"]:
+        args = args[2:]
+    elif args[:1] == ["serve"]:
+        args = args[1:]
+    model = None
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--model" and i + 1 < len(args):
+            model = args[i + 1]
+            i += 2
+            continue
+        if arg.startswith("--model="):
+            model = arg.split("=", 1)[1]
+        elif model is None and i == 0 and not arg.startswith("-"):
+            model = arg  # vllm serve's own positional form
+        else:
+            rest.append(arg)
+        i += 1
+    if not model:
+        raise UserError(
+            "no model given: run the image with --model DIR (a model directory mounted "
+            "into the container) or a model name, plus any `vllm serve` options"
+        )
+    return ServeArgs(model, rest)
+
+
+def vllm_argv(serve: ServeArgs, port: str) -> list[str]:
+    argv = ["vllm", "serve", serve.model, *serve.rest]
+    if serve.option("--port") is None:
+        argv += ["--port", port]
+    return argv
+
+
+# -- the plan ----------------------------------------------------------------
+def plan_env(host: Host, serve: ServeArgs, target: str) -> tuple[dict[str, str], list[str], int]:
+    """The env a one-instance plan of this container wants, its notes and shm MiB."""
+    from zenvllm.model import Model, read_model
+    from zenvllm.plan import Policy, make_plan
+
+    path = Path(serve.model)
+    if (path / "config.json").is_file():
+        model = read_model(path, dtype=serve.option("--dtype"))
+    else:
+        model = Model(name=serve.model, weight_bytes=0)  # a hub name: size unknown
+    max_len = serve.option("--max-model-len")
+    policy = Policy(
+        instances=1,
+        target=target,
+        max_model_len=int(max_len) if max_len and max_len.isdigit() else None,
+    )
+    plan = make_plan(host, model, policy)
+    instance = plan.instances[0]
+    return dict(instance.env), [*plan.warnings, *plan.notes], instance.shm_size_mib
+
+
+# vLLM 0.32's two shared-memory message queues take 10 x 16 MiB + 10 x 24 MiB
+# (the second is not configurable); Docker's default /dev/shm is 64 MiB.
+SHM_MIN_MIB = 512
+
+
+def shm_problem(free_bytes: int | None, planned_mib: int) -> str | None:
+    """Why /dev/shm is too small for vLLM to start, with the fix; None when it is fine."""
+    if free_bytes is None or free_bytes >= SHM_MIN_MIB * 1024 * 1024:
+        return None
+    return (
+        f"/dev/shm has {free_bytes // (1024 * 1024)} MiB free but vLLM needs at least "
+        f"{SHM_MIN_MIB} MiB for its message queues; run the container with "
+        f"--shm-size={max(planned_mib, SHM_MIN_MIB)}m (the plan's size) or --ipc=host"
+    )
+
+
+def shm_free(path: str = "/dev/shm") -> int | None:
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None
+
+
+def merge_env(env: dict[str, str], planned: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """Planned values fill only what the environment leaves unset; say where each came from."""
+    merged = dict(env)
+    lines = []
+    for key, value in planned.items():
+        if env.get(key, "") != "":
+            lines.append(f"{key}={env[key]} (from the environment; plan said {value})")
+        else:
+            merged[key] = value
+            lines.append(f"{key}={value} (planned)")
+    return merged, lines
+
+
+# -- runtime checks ------------------------------------------------------------
+def missing_preloads(ld_preload: str, exists=os.path.exists) -> list[str]:
+    return [lib for lib in re.split(r"[:\s]+", ld_preload) if lib and not exists(lib)]
+
+
+def installed(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def release(version: str) -> tuple[int, ...]:
+    """The numeric release of a version: '2.13.0+cpu' -> (2, 13, 0)."""
+    nums = re.findall(r"\d+", version.split("+")[0])
+    return tuple(int(n) for n in nums)
+
+
+def cpu_lacks(host: Host, vendor: str, flags: tuple[str, ...]) -> list[str]:
+    lacks = [] if host.vendor == vendor else [f"vendor {vendor} (this CPU is {host.vendor})"]
+    return lacks + [f for f in flags if f not in host.flags]
+
+
+def zentorch_state(host: Host, zentorch: str | None, torch: str | None) -> tuple[bool, str]:
+    """Whether zentorch will accelerate this container, and why or why not."""
+    if zentorch is None:
+        return False, "zentorch is not installed (build the zen target)"
+    lacks = cpu_lacks(host, ZEN_VENDOR, ZEN_FLAGS)
+    if lacks:
+        return False, (
+            f"zentorch {zentorch} is installed but INACTIVE: this CPU lacks "
+            f"{', '.join(lacks)}; vLLM runs its default CPU platform (oneDNN kernels)"
+        )
+    # zentorch X.Y.* is built against torch X.Y and refuses any other.
+    if torch is None or release(zentorch)[:2] != release(torch)[:2]:
+        return False, (
+            f"zentorch {zentorch} is installed but INACTIVE: it needs torch "
+            f"{'.'.join(map(str, release(zentorch)[:2]))}.x, found torch {torch}"
+        )
+    return True, (
+        f"zentorch {zentorch} is ACTIVE: {ZEN_VENDOR} with {', '.join(ZEN_FLAGS)}; "
+        "vLLM will select its ZenCpuPlatform (ZenDNN kernels for linear layers)"
+    )
+
+
+def in_range(version: str, spec: str) -> bool:
+    """A small subset of PEP 440 specifiers (>=, <=, >, <, ==) over numeric releases."""
+    ops = {
+        ">=": lambda a, b: a >= b,
+        "<=": lambda a, b: a <= b,
+        ">": lambda a, b: a > b,
+        "<": lambda a, b: a < b,
+        "==": lambda a, b: a == b,
+    }
+    have = release(version)
+    for clause in filter(None, (c.strip() for c in spec.split(","))):
+        op = next(o for o in (">=", "<=", "==", ">", "<") if clause.startswith(o))
+        want = release(clause[len(op) :])
+        width = max(len(have), len(want))
+        a, b = have + (0,) * (width - len(have)), want + (0,) * (width - len(want))
+        if not ops[op](a, b):
+            return False
+    return True
+
+
+def pace_state(host: Host, pace: str | None, vllm: str | None, spec: str) -> tuple[bool, str]:
+    if pace is None:
+        return False, "pace-vllm is not installed (build the pace target)"
+    if vllm is None or not in_range(vllm, spec):
+        return False, f"pace-vllm {pace} is INACTIVE: it supports vLLM {spec}, found {vllm}"
+    lacks = cpu_lacks(host, ZEN_VENDOR, ZEN_FLAGS)
+    if lacks:
+        return (
+            False,
+            f"pace-vllm {pace} is installed but INACTIVE: this CPU lacks {', '.join(lacks)}",
+        )
+    return True, f"pace-vllm {pace} is ACTIVE: vLLM {vllm} with PACE's platform plugin"
+
+
+def platform_line(host: Host, zen_active: bool, pace_active: bool) -> str:
+    avx512 = "avx512f" in host.flags
+    kernels = "AVX-512" if avx512 else "AVX2"
+    if pace_active:
+        return f"vLLM platform: PACE (pace-vllm plugin) on {kernels} kernels"
+    if zen_active:
+        return "vLLM platform: ZenCpuPlatform (cpu + zentorch) on AVX-512 kernels"
+    return f"vLLM platform: CpuPlatform (cpu) with its {kernels} kernels"
+
+
+def read_manifest(path: Path = MANIFEST) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+# -- main ----------------------------------------------------------------------
+def prepare(argv: list[str], env: dict[str, str], host: Host, manifest: dict) -> list[str]:
+    """Everything but the exec: logs, env updates in place, the argv for vLLM."""
+    serve = parse_args(argv)
+    target = env.get("ZENVLLM_TARGET") or manifest.get("target") or "vllm-openai"
+    log(f"target {target}; model {serve.model}")
+    log(
+        f"cpus {','.join(str(c) for c in sorted(host.allowed_cpus))}; vendor {host.vendor or '?'};"
+        f" isa {' '.join(sorted(host.isa)) or 'none'}"
+    )
+    try:
+        planned, notes, shm_mib = plan_env(host, serve, target)
+    except UserError as err:
+        if env.get("VLLM_CPU_KVCACHE_SPACE") and env.get("VLLM_CPU_OMP_THREADS_BIND"):
+            log(f"plan refused ({err}); going on with the sizes given in the environment")
+            planned, notes, shm_mib = {}, [], SHM_MIN_MIB
+        else:
+            raise
+    for note in notes:
+        log(f"plan: {note}")
+    merged, lines = merge_env(env, planned)
+    env.clear()
+    env.update(merged)
+    for line in lines:
+        log(line)
+
+    problem = shm_problem(shm_free(env.get("ZENVLLM_SHM", "/dev/shm")), shm_mib)
+    if problem:
+        raise UserError(problem)
+
+    missing = missing_preloads(env.get("LD_PRELOAD", ""))
+    if missing:
+        raise UserError(
+            f"LD_PRELOAD names missing libraries: {', '.join(missing)}; "
+            "install them or remove them from LD_PRELOAD"
+        )
+    log(f"LD_PRELOAD ok: {env.get('LD_PRELOAD') or '(empty)'}")
+
+    zen_active, pace_active = False, False
+    zentorch = installed("zentorch")
+    if target == "zen" or zentorch:
+        zen_active, message = zentorch_state(host, zentorch, installed("torch"))
+        log(message)
+    pace = installed("pace-vllm")
+    if target == "pace" or pace:
+        spec = manifest.get("matrix", {}).get("pace-vllm", {}).get("needs", {}).get("vllm", "")
+        pace_active, message = pace_state(host, pace, installed("vllm"), spec or ">=0.25,<=0.28")
+        log(message)
+    log(platform_line(host, zen_active, pace_active))
+
+    if (Path(serve.model) / "config.json").is_file():
+        env.setdefault("HF_HUB_OFFLINE", "1")  # a local model needs no hub
+    port = serve.option("--port") or env.get("ZENVLLM_PORT") or str(manifest.get("port", 8000))
+    return vllm_argv(serve, port)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from zenvllm.topology import read_host
+
+    argv = sys.argv[1:] if argv is None else argv
+    env = dict(os.environ)
+    try:
+        host = read_host(Path(env.get("ZENVLLM_ROOT", "/")))
+        command = prepare(argv, env, host, read_manifest())
+    except UserError as err:
+        log(f"error: {err}")
+        return 2
+    with contextlib.suppress(OSError, ValueError):
+        PORT_FILE.write_text(command[command.index("--port") + 1] if "--port" in command else "")
+    log("exec " + " ".join(command))
+    os.execvpe(command[0], command, env)
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
