@@ -13,7 +13,7 @@ import csv
 import io
 import json
 import statistics
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields, replace  # noqa: F401 (asdict: callers)
 from pathlib import Path
 
 from zenvllm.errors import PlanError, UserError
@@ -462,7 +462,8 @@ def combine(config: str, repeat: int, results: list[ClientResult], load_1m: floa
     if not results:
         raise ValueError(f"{config} repeat {repeat}: no client results")
     start = min(r.finished_at - r.duration_s for r in results)
-    window = max(r.finished_at for r in results) - start
+    # Rounded before use, so every rate in the file is the quotient of numbers in the file.
+    window = round(max(r.finished_at for r in results) - start, 4)
     out = sum(r.output_tokens for r in results)
     inp = sum(r.input_tokens for r in results)
     done = [r.completed for r in results]
@@ -474,7 +475,7 @@ def combine(config: str, repeat: int, results: list[ClientResult], load_1m: floa
         failed=sum(r.failed for r in results),
         input_tokens=inp,
         output_tokens=out,
-        window_s=round(window, 3),
+        window_s=window,
         output_tok_s=round(out / window, 2),
         total_tok_s=round((out + inp) / window, 2),
         request_s=round(sum(done) / window, 3),
@@ -778,3 +779,122 @@ def write_outputs(result: dict, out_dir: Path, plots: bool = True) -> list[Path]
     if plots and summaries:
         written += plot(result, out_dir)
     return written
+
+
+# -- consistency -------------------------------------------------------------
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def png_size(path: Path) -> tuple[int, int] | None:
+    """(width, height) from a PNG's IHDR chunk; None when it is not a PNG."""
+    head = path.read_bytes()[:24] if path.is_file() else b""
+    if len(head) < 24 or head[:8] != PNG_MAGIC or head[12:16] != b"IHDR":
+        return None
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+def same(a: object, b: object) -> bool:
+    """A CSV cell against a JSON value."""
+    if b is None:
+        return a == ""
+    if isinstance(b, float | int) and not isinstance(b, bool):
+        try:
+            return abs(float(a) - float(b)) <= 1e-9 * max(1.0, abs(float(b)))  # type: ignore[arg-type]
+        except ValueError:
+            return False
+    return str(a) == str(b)
+
+
+def check_outputs(out_dir: Path, expect: list[str] | None = None) -> list[str]:
+    """Every way a bench output directory can be incomplete or inconsistent, as messages.
+
+    Empty means: every configuration ran every repeat with the same workload, the
+    summary is the median/min/max of the runs, each ratio is the quotient of the
+    numbers beside it, the CSVs say what the JSON says, the table shows them, and
+    the plots are real PNGs."""
+    problems: list[str] = []
+    try:
+        result = json.loads((out_dir / "results.json").read_text())
+    except (OSError, ValueError) as err:
+        return [f"results.json: {err}"]
+    meta, w = result["meta"], result["meta"]["workload"]
+    names = [c["name"] for c in result["configurations"]]
+    problems += [f"failed: {f}" for f in meta["failures"]]
+    for name in expect or []:
+        folded = any(name in c["same_as"] for c in result["configurations"])
+        if name not in names and not folded:
+            problems.append(f"configuration {name} is missing")
+    runs = result["runs"]
+    summary = {s["config"]: s for s in result["summary"]}
+    for name in names:
+        mine = [r for r in runs if r["config"] == name]
+        if len(mine) != w["repeats"]:
+            problems.append(f"{name}: {len(mine)} runs, expected {w['repeats']} repeats")
+        for r in mine:
+            if r["failed"] or r["completed"] != w["num_prompts"]:
+                problems.append(
+                    f"{name} repeat {r['repeat']}: {r['completed']} completed, "
+                    f"{r['failed']} failed of {w['num_prompts']}"
+                )
+            if r["output_tokens"] != w["num_prompts"] * w["output_len"]:
+                problems.append(
+                    f"{name} repeat {r['repeat']}: {r['output_tokens']} output tokens,"
+                    f" expected {w['num_prompts']} x {w['output_len']}"
+                )
+            rate = r["output_tokens"] / r["window_s"]
+            if abs(rate - r["output_tok_s"]) > 0.01 + 1e-4 * rate:
+                problems.append(
+                    f"{name} repeat {r['repeat']}: output_tok_s {r['output_tok_s']} "
+                    f"is not output_tokens / window_s = {rate:.2f}"
+                )
+        s = summary.get(name)
+        if s is None:
+            problems.append(f"{name}: no summary row")
+            continue
+        out = [r["output_tok_s"] for r in mine]
+        if out and (s["output_tok_s"], s["output_min"], s["output_max"]) != (
+            round(statistics.median(out), 1),
+            round(min(out), 1),
+            round(max(out), 1),
+        ):
+            problems.append(f"{name}: summary {s['output_tok_s']} is not the median of {out}")
+    stock = summary.get(STOCK)
+    if stock is None:
+        problems.append("no stock summary: ratios have no baseline")
+    else:
+        for s in summary.values():
+            want = round(s["output_tok_s"] / stock["output_tok_s"], 3)
+            if s["ratio"] is None or abs(s["ratio"] - want) > 5e-4:
+                problems.append(
+                    f"{s['config']}: ratio {s['ratio']} is not "
+                    f"{s['output_tok_s']} / {stock['output_tok_s']} = {want}"
+                )
+    problems += compare_csv(out_dir / "runs.csv", runs, "runs.csv")
+    problems += compare_csv(out_dir / "summary.csv", result["summary"], "summary.csv")
+    table = (out_dir / "table.md").read_text() if (out_dir / "table.md").is_file() else ""
+    for s in summary.values():
+        for text in (f"| {s['config']}", f"{s['output_tok_s']:g}", f"{s['ratio']:.3f}x"):
+            if s["ratio"] is not None and text not in table:
+                problems.append(f"table.md lacks {text!r} for {s['config']}")
+    for png in ("throughput.png", "latency.png"):
+        size = png_size(out_dir / png)
+        if not size or min(size) < 100:
+            problems.append(f"{png}: missing or not a PNG image ({size})")
+    return problems
+
+
+def compare_csv(path: Path, rows: list[dict], label: str) -> list[str]:
+    try:
+        with path.open(newline="") as f:
+            got = list(csv.DictReader(f))
+    except OSError as err:
+        return [f"{label}: {err}"]
+    if len(got) != len(rows):
+        return [f"{label}: {len(got)} rows, results.json has {len(rows)}"]
+    return [
+        f"{label} row {i + 1} {key}: {g.get(key)!r} but results.json says {want!r}"
+        for i, (g, row) in enumerate(zip(got, rows, strict=True))
+        for key, want in row.items()
+        if not same(g.get(key), want)
+    ]

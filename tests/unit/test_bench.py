@@ -1,0 +1,370 @@
+"""The benchmark's pure parts: workload split, configurations, result folding, the files."""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from zenvllm import bench
+from zenvllm.errors import UserError
+from zenvllm.host import MIB
+from zenvllm.model import Model
+from zenvllm.topology import read_host
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+RESULT = FIXTURES / "bench" / "vllm-bench-serve-0.32.0.json"  # a real `vllm bench serve` file
+TINY = Model(name="tiny-llama", weight_bytes=2 * MIB, kv_bytes_per_token=1024, max_model_len=512)
+
+
+def host(name: str):
+    return read_host(FIXTURES / "hosts" / name)
+
+
+def client(tokens=512, duration=1.0, end=100.0, completed=16, ttft=20.0, tpot=4.0):
+    return bench.ClientResult(
+        completed=completed,
+        failed=0,
+        input_tokens=tokens,
+        output_tokens=tokens,
+        duration_s=duration,
+        mean_ttft_ms=ttft,
+        median_ttft_ms=ttft,
+        mean_tpot_ms=tpot,
+        median_tpot_ms=tpot,
+        finished_at=end,
+    )
+
+
+# -- workload ----------------------------------------------------------------
+
+
+@given(
+    prompts=st.integers(1, 500),
+    conc=st.integers(1, 64),
+    clients=st.integers(1, 16),
+    warm=st.integers(0, 20),
+)
+def test_shares_add_up_to_the_workload(prompts, conc, clients, warm):
+    w = replace(bench.FULL, num_prompts=prompts, concurrency=conc, warmup_prompts=warm)
+    if clients > min(prompts, conc):
+        with pytest.raises(UserError, match=f"{clients} instances need"):
+            w.shares(clients)
+        return
+    shares = w.shares(clients)
+    assert sum(s.num_prompts for s in shares) == prompts
+    assert sum(s.concurrency for s in shares) == conc
+    assert sum(s.warmup_prompts for s in shares) == warm
+    assert all(s.num_prompts >= 1 and s.concurrency >= 1 for s in shares)
+    assert max(s.num_prompts for s in shares) - min(s.num_prompts for s in shares) <= 1
+    assert len({s.seed for s in shares}) == clients  # each client sends its own prompts
+    assert {(s.input_len, s.output_len) for s in shares} == {(w.input_len, w.output_len)}
+
+
+def test_workload_check_names_the_limit():
+    with pytest.raises(
+        UserError, match=r"--input-len 400 \+ --output-len 128 exceeds --max-model-len 512"
+    ):
+        replace(bench.FULL, input_len=400).check(512)
+    with pytest.raises(UserError, match="--repeats 0"):
+        replace(bench.FULL, repeats=0).check(512)
+    bench.FULL.check(512)
+    bench.QUICK.check(512)
+
+
+def test_full_workload_is_amds_shape_scaled():
+    # AMD: 128 in / 128 out, 1024 prompts at batch 128, i.e. 8 waves.
+    w = bench.FULL
+    assert (w.input_len, w.output_len) == (128, 128)
+    assert w.num_prompts // w.concurrency == 1024 // 128
+    assert w.repeats >= 3 and w.warmup_prompts > 0
+    assert bench.QUICK.repeats == 1 and bench.QUICK.num_prompts < w.num_prompts
+
+
+def test_client_args_ask_vllm_for_exactly_the_workload():
+    share = replace(bench.FULL, num_prompts=32, concurrency=4, seed=7)
+    args = bench.client_args("http://127.0.0.1:8402", "/model", share, "/results", "a.json")
+    opts = dict(zip(args[2::2], args[3::2], strict=False))
+    assert args[:2] == ["bench", "serve"]
+    assert "--ignore-eos" in args  # every request yields exactly output_len tokens
+    assert "--save-result" in args
+    assert args[args.index("--base-url") + 1] == "http://127.0.0.1:8402"
+    for flag, value in (
+        ("--random-input-len", "128"),
+        ("--random-output-len", "128"),
+        ("--num-prompts", "32"),
+        ("--max-concurrency", "4"),
+        ("--seed", "7"),
+        ("--tokenizer", bench.MODEL_MOUNT),
+        ("--dataset-name", "random"),
+        ("--result-filename", "a.json"),
+    ):
+        assert args[args.index(flag) + 1] == value, (flag, opts)
+
+
+# -- configurations ----------------------------------------------------------
+
+
+def test_parse_configs():
+    assert bench.parse_configs(None, quick=False) == list(bench.SPECS)
+    assert bench.parse_configs(None, quick=True) == list(bench.QUICK_CONFIGS)
+    assert bench.parse_configs("stock, auto,auto", quick=False) == ["stock", "auto"]
+    with pytest.raises(UserError, match="unknown configuration 'fast'; choose from stock"):
+        bench.parse_configs("stock,fast", quick=False)
+    with pytest.raises(UserError, match="include 'stock'"):
+        bench.parse_configs("auto", quick=False)
+
+
+def test_two_core_machine_folds_identical_layouts():
+    configs, notes = bench.resolve(
+        list(bench.SPECS), host("test-machine-zen4-2cpu"), TINY, 8401, 512
+    )
+    by_name = {c.name: c for c in configs}
+    # One node: one per node is one instance on all cores; 1-core slices: interleaved is contiguous.
+    assert by_name["single"].same_as == ("per-node",)
+    assert by_name["auto"].same_as == ("auto-interleaved",)
+    assert "per-node" not in by_name and "auto-interleaved" not in by_name
+    assert any("per-node: identical to single" in n for n in notes)
+    assert [s.cpus for s in by_name["auto"].servers] == ["0", "1"]
+    assert by_name["auto"].shape == "2 x 1 CPU"
+    assert by_name["single"].servers[0].cpus == "0-1"
+    # zen differs from plain by image and env, so it is never folded into it.
+    assert by_name["zen-auto"].target == "zen"
+    assert by_name["zen-auto"].servers[0].env["TORCHINDUCTOR_FREEZING"] == "1"
+    assert by_name["gateway"].servers == ()
+
+
+def test_big_hosts_keep_per_node_and_interleaved_apart():
+    eight_gib = Model(
+        name="8g", weight_bytes=8 << 30, kv_bytes_per_token=131072, max_model_len=4096
+    )
+    configs, _ = bench.resolve(list(bench.SPECS), host("epyc-9654-nps4"), eight_gib, 8401, 512)
+    by_name = {c.name: c for c in configs}
+    assert len(by_name["per-node"].servers) == 4
+    assert len(by_name["single"].servers) == 1
+    # 128 cores, one node: auto cuts 43-core slices; contiguous and interleaved differ.
+    configs, _ = bench.resolve(list(bench.SPECS), host("epyc-9755-1s-nps1"), eight_gib, 8401, 512)
+    by_name = {c.name: c for c in configs}
+    assert by_name["single"].same_as == ("per-node",)
+    contiguous = [s.cpus for s in by_name["auto"].servers]
+    interleaved = [s.cpus for s in by_name["auto-interleaved"].servers]
+    assert len(contiguous) == len(interleaved) > 1
+    assert contiguous != interleaved
+
+
+def test_zen_is_skipped_with_a_reason_where_the_cpu_cannot_run_it():
+    configs, notes = bench.resolve(list(bench.SPECS), host("vm-milan-8vcpu-avx2"), TINY, 8401, 512)
+    assert not any(c.target == "zen" for c in configs)
+    assert any(n.startswith("zen-auto: skipped") and "avx512" in n for n in notes)
+
+
+def test_stock_is_what_vllms_docs_give():
+    (stock, *_), _ = bench.resolve(["stock"], host("test-machine-zen4-2cpu"), TINY, 8401, 512)
+    argv = bench.server_command(stock.servers[0], "img:1", Path("/m"), 512, False, "r1")
+    assert "VLLM_CPU_OMP_THREADS_BIND=auto" in argv
+    assert f"VLLM_CPU_KVCACHE_SPACE={bench.STOCK_KV_GIB}" in argv
+    assert not any(a.startswith(("--cpuset", "--memory")) for a in argv)
+    assert "--shm-size=4g" in argv
+    assert not any(a.startswith("LD_PRELOAD") for a in argv)  # the image's own preload stays
+    # vllm itself, not the zenvllm launcher, so no planner touches the stock run.
+    assert argv[argv.index("--entrypoint") + 1] == "vllm"
+    assert argv[argv.index("img:1") + 1 :][:2] == ["serve", bench.MODEL_MOUNT]
+    assert "--enforce-eager" not in argv
+
+
+def test_planned_servers_run_with_the_plans_placement():
+    configs, _ = bench.resolve(["stock", "auto"], host("test-machine-zen4-2cpu"), TINY, 8401, 512)
+    second = configs[1].servers[1]
+    argv = bench.server_command(second, "img:1", Path("/m"), 512, True, "r1")
+    assert "--cpuset-cpus=1" in argv and "--cpuset-mems=0" in argv
+    assert "VLLM_CPU_OMP_THREADS_BIND=1" in argv
+    assert argv[argv.index("--port") + 1] == "8402"
+    assert "--network" in argv and argv[argv.index("--network") + 1] == "host"
+    assert f"{bench.BENCH_LABEL}=r1" in argv
+    assert argv[-1] == "--enforce-eager"
+
+
+# -- results -----------------------------------------------------------------
+
+
+def test_parse_a_real_result_file():
+    data = json.loads(RESULT.read_text())
+    r = bench.parse_client_result(data, "x.json", 5.0)
+    assert (r.completed, r.failed, r.output_tokens) == (16, 0, 512)
+    assert r.duration_s == pytest.approx(0.6445, abs=1e-4)
+    assert r.output_tokens / r.duration_s == pytest.approx(data["output_throughput"])
+
+
+def test_parse_rejects_what_is_not_a_result():
+    data = json.loads(RESULT.read_text())
+    del data["median_tpot_ms"], data["duration"]
+    with pytest.raises(
+        ValueError,
+        match=r"x\.json: not a `vllm bench serve` result, missing duration, median_tpot_ms",
+    ):
+        bench.parse_client_result(data, "x.json", 0)
+    data = json.loads(RESULT.read_text()) | {"completed": 0}
+    with pytest.raises(ValueError, match="no request completed"):
+        bench.parse_client_result(data, "x.json", 0)
+
+
+def test_one_client_run_is_vllms_own_number():
+    run = bench.combine("stock", 1, [client(tokens=1000, duration=2.0)], 0.5)
+    assert run.output_tok_s == 500.0 and run.window_s == 2.0 and run.clients == 1
+
+
+def test_clients_are_summed_over_their_common_span():
+    aligned = bench.combine("auto", 1, [client(512, 1.0, 10.0), client(512, 1.0, 10.0)], 0)
+    assert aligned.output_tok_s == 1024.0
+    # A client that starts half a second late stretches the span: skew counts against.
+    skewed = bench.combine("auto", 1, [client(512, 1.0, 10.0), client(512, 1.0, 10.5)], 0)
+    assert skewed.window_s == 1.5 and skewed.output_tok_s == round(1024 / 1.5, 2)
+    mixed = bench.combine(
+        "auto", 1, [client(completed=1, ttft=10), client(completed=3, ttft=30)], 0
+    )
+    assert mixed.median_ttft_ms == 25.0  # request-weighted
+
+
+def runs_of(config, rates):
+    return [
+        bench.combine(config, i + 1, [client(tokens=int(rate * 10), duration=10.0)], 0.1)
+        for i, rate in enumerate(rates)
+    ]
+
+
+def sample_configs():
+    configs, _ = bench.resolve(
+        ["stock", "single", "auto"], host("test-machine-zen4-2cpu"), TINY, 8401, 512
+    )
+    return configs
+
+
+def test_summary_is_median_and_spread_and_ratio_to_stock():
+    configs = sample_configs()
+    runs = (
+        runs_of("stock", [400, 420, 380])
+        + runs_of("single", [300, 310, 290])
+        + runs_of("auto", [700, 560, 600])
+    )
+    summaries = {s.config: s for s in bench.summarize(runs, configs)}
+    assert (
+        summaries["auto"].output_tok_s,
+        summaries["auto"].output_min,
+        summaries["auto"].output_max,
+    ) == (
+        600.0,
+        560.0,
+        700.0,
+    )
+    assert summaries["stock"].ratio == 1.0
+    assert summaries["auto"].ratio == 1.5
+    assert summaries["single"].ratio == 0.75
+    v = bench.verdict(list(summaries.values()), configs)
+    assert v["meets_acceptance"] and v["planner_is_best_layout"] and v["best_layout"] == "auto"
+
+
+def test_verdict_says_when_the_planner_is_not_best():
+    configs = sample_configs()
+    runs = runs_of("stock", [400]) + runs_of("single", [500]) + runs_of("auto", [480])
+    v = bench.verdict(bench.summarize(runs, configs), configs)
+    assert not v["meets_acceptance"] and not v["planner_is_best_layout"]
+    assert v["best_layout"] == "single" and v["planner_ratio"] == 1.2
+
+
+def result_doc(configs, runs):
+    meta = {
+        "model": "tiny-llama",
+        "host": "test host",
+        "cpus": 2,
+        "workload": {**bench.asdict(replace(bench.FULL, repeats=3, num_prompts=1, output_len=1))},
+        "load_before": [0.1, 0.1, 0.1],
+        "load_after": [0.2, 0.2, 0.2],
+        "wall_s": 60.0,
+        "notes": ["per-node: identical to single"],
+        "failures": [],
+    }
+    return bench.result_document(meta, configs, {"vllm-openai": "img:1"}, runs)
+
+
+def consistent_runs():
+    runs = (
+        runs_of("stock", [400, 420, 380])
+        + runs_of("single", [300, 310, 290])
+        + runs_of("auto", [700, 560, 600])
+    )
+    # One prompt of one token per run, matching the workload in result_doc.
+    return [
+        replace(r, completed=1, output_tokens=1, output_tok_s=round(1 / r.window_s, 2))
+        for r in runs
+    ]
+
+
+def test_tables_are_shaped_like_amds():
+    configs = sample_configs()
+    doc = result_doc(configs, runs_of("stock", [400, 420, 380]) + runs_of("auto", [700, 560, 600]))
+    amd = bench.amd_table([bench.Summary(**s) for s in doc["summary"]], "tiny-llama").splitlines()
+    assert amd[0] == "| Model | stock | auto | autovsstock |"
+    assert amd[2] == "| tiny-llama | 400 | 600 | 1.500 |"
+    text = bench.markdown(doc)
+    assert "| auto | 2 x 1 CPU | 600 | 560-700 |" in text
+    assert "1.500x" in text and "acceptance 1.3x: met" in text
+
+
+def test_written_outputs_agree_and_pass_the_checker(tmp_path):
+    configs = sample_configs()
+    doc = result_doc(configs, consistent_runs())
+    written = bench.write_outputs(doc, tmp_path)
+    assert {p.name for p in written} == {
+        "results.json",
+        "runs.csv",
+        "summary.csv",
+        "table.md",
+        "throughput.png",
+        "latency.png",
+    }
+    assert bench.check_outputs(tmp_path, ["stock", "single", "auto"]) == []
+    with (tmp_path / "runs.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [float(r["output_tok_s"]) for r in rows] == [r["output_tok_s"] for r in doc["runs"]]
+    width, height = bench.png_size(tmp_path / "throughput.png")
+    assert width > 300 and height > 200
+
+
+def test_checker_catches_each_kind_of_inconsistency(tmp_path):
+    configs = sample_configs()
+    doc = result_doc(configs, consistent_runs())
+    bench.write_outputs(doc, tmp_path)
+
+    def broken(mutate, *expect):
+        d = json.loads(json.dumps(doc))
+        mutate(d)
+        (tmp_path / "results.json").write_text(json.dumps(d))
+        problems = bench.check_outputs(tmp_path, ["stock", "single", "auto", "zen-auto"])
+        for text in expect:
+            assert any(text in p for p in problems), (text, problems)
+
+    broken(lambda d: None, "configuration zen-auto is missing")
+    broken(lambda d: d["summary"][2].update(ratio=1.6), "auto: ratio 1.6 is not")
+    broken(lambda d: d["runs"].pop(), "auto: 2 runs, expected 3", "runs.csv: 9 rows")
+    broken(
+        lambda d: d["summary"][1].update(output_tok_s=301.0),
+        "single: summary 301.0 is not the median",
+    )
+    broken(lambda d: d["runs"][0].update(failed=1), "stock repeat 1: 1 completed, 1 failed")
+    broken(lambda d: d["meta"]["failures"].append("zen-auto: died"), "failed: zen-auto: died")
+    (tmp_path / "results.json").write_text(json.dumps(doc))
+    (tmp_path / "latency.png").write_bytes(b"not a png")
+    assert bench.check_outputs(tmp_path) == ["latency.png: missing or not a PNG image (None)"]
+
+
+def test_median_helper_matches_statistics():
+    configs = sample_configs()
+    rates = [512.5, 498.25, 530.0, 505.0]
+    s = bench.summarize(runs_of("stock", rates), configs)[0]
+    assert s.output_tok_s == round(statistics.median(rates), 1)
