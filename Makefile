@@ -9,9 +9,12 @@ TARGET  ?= vllm-openai
 export ZENVLLM_CACHE ?= /var/cache/zenvllm
 # The engine scripts/engine.sh starts when none answers; set DOCKER_HOST to use yours.
 export DOCKER_HOST ?= unix:///run/zenvllm/docker.sock
+# Wheels (torch +cpu) and CA certificates for image builds, when this machine has them.
+export ZENVLLM_WHEELHOUSE ?= $(wildcard /opt/wheels)
+export ZENVLLM_EXTRA_CA_CERTS ?= $(wildcard /usr/local/share/ca-certificates)
 PYTEST  := $(BIN)/pytest -p no:cacheprovider --basetemp=$(CURDIR)/.cache/pytest
 
-.PHONY: help venv lint unit test test-fast engine image deploy bench \
+.PHONY: help venv lint unit test test-fast engine base-image tiny-model image deploy bench \
         test-image test-serve test-ansible test-bench test-reliability clean
 
 help:
@@ -40,13 +43,20 @@ test-fast: lint unit
 engine:
 	scripts/engine.sh
 
-image: venv engine
+# Debian base image made with debootstrap (cached tarball; skipped when tagged).
+base-image: venv engine
+	$(BIN)/python -m zenvllm.baseimage
+
+tiny-model: venv
+	$(BIN)/python tests/support/tiny_model.py
+
+image: venv engine base-image
 	$(BIN)/zenvllm build --target $(TARGET)
 
-test-image: venv engine
+test-image: venv engine base-image
 	$(PYTEST) -q tests/image
 
-test-serve: venv engine
+test-serve: venv engine base-image tiny-model
 	$(PYTEST) -q tests/serve
 
 test-ansible: venv engine

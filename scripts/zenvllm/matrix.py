@@ -76,7 +76,8 @@ def check(matrix: dict, pins: dict[str, str]) -> dict[str, dict]:
         if broken:
             other, needed, have = broken[0]
             ok = supported(matrix, name, pins)
-            others = ", ".join(f"{k} {v}" for k, v in pins.items() if k != name)
+            named = {k for r in matrix[name] for k in (r.get("needs") or {})}
+            others = ", ".join(f"{k} {v}" for k, v in pins.items() if k in named)
             raise ConfigError(
                 f"{name} {text} needs {other} {needed} but {other} is pinned to {have} "
                 f"({row['reason']}). With {others} the matrix supports {name} {_ranges(ok)}; "

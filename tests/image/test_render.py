@@ -1,0 +1,219 @@
+"""Rendered Dockerfiles: structure pinned by golden facts, hadolint-clean, refusals atomic.
+
+No engine needed. The goldens pin what matters (stage names, the FROM chain,
+labels, user, entrypoint), not whole files, so comments can change freely.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, require_tool
+
+from zenvllm import images
+
+TARGETS = ("vllm-openai", "zen", "pace")
+SOURCES = ("wheel", "source")
+CLI = [sys.executable, "-m", "zenvllm"]
+ENV = {"PYTHONPATH": str(REPO / "scripts"), "PATH": "/usr/bin:/bin"}
+
+
+def instructions(dockerfile: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    out, current = [], ""
+    for line in dockerfile.splitlines():
+        if not current and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        current += line.rstrip("\\").strip() + " "
+        if not line.endswith("\\"):
+            word, _, rest = current.strip().partition(" ")
+            out.append((word.upper(), rest.strip()))
+            current = ""
+    return out
+
+
+def stages(dockerfile: str) -> list[tuple[str, str]]:
+    """(stage name, what it is FROM)."""
+    found = []
+    for word, args in instructions(dockerfile):
+        if word == "FROM":
+            m = re.fullmatch(r"(\S+) AS (\S+)", args)
+            assert m, f"unnamed stage: FROM {args}"
+            found.append((m.group(2), m.group(1)))
+    return found
+
+
+def render(target: str, source: str = "wheel", buildkit: bool = False, **kw) -> images.Context:
+    request = images.Request(target, source=source, buildkit=buildkit, **kw)
+    return images.render(images.load_config(), request)
+
+
+@pytest.mark.parametrize("source", SOURCES)
+@pytest.mark.parametrize("target", TARGETS)
+def test_stage_chain_is_os_build_runtime_then_the_target(target, source):
+    dockerfile = render(target, source).files["Dockerfile"]
+    assert stages(dockerfile) == [
+        ("os", "${BASE_IMAGE}"),
+        ("build", "os"),
+        ("runtime", "os"),
+        (target, "runtime"),
+    ]
+    assert ("ARG", "BASE_IMAGE=zenvllm/debian:bookworm") in instructions(dockerfile)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_release_stage_labels_user_health_and_entrypoint(target):
+    ctx = render(target)
+    release = instructions(ctx.files["Dockerfile"].split(f"AS {target}\n", 1)[1])
+    words = dict(release)
+    resolved = images.resolve(images.load_config(), target, {}, None)
+    for name, version in resolved.pins.items():
+        assert f'io.zenvllm.pin.{name}="{version}"' in words["LABEL"]
+    assert 'io.zenvllm.isa="runtime dispatch' in words["LABEL"]
+    assert f'io.zenvllm.target="{target}"' in words["LABEL"]
+    assert words["USER"] == "10001"  # numeric: resolvable by any runtime
+    assert words["ENTRYPOINT"] == '["/opt/venv/bin/python", "-m", "zenvllm.launcher"]'
+    assert words["HEALTHCHECK"].endswith('CMD ["/opt/venv/bin/python", "-m", "zenvllm.health"]')
+    assert [w for w, _ in release][-1] == "ENTRYPOINT"
+
+
+def test_runtime_preloads_are_checked_at_build_time_before_ld_preload_is_set():
+    dockerfile = render("vllm-openai").files["Dockerfile"]
+    runtime = dockerfile.split("AS runtime\n", 1)[1].split("\nFROM ", 1)[0]
+    check = runtime.index('test -f "$lib"')
+    assert "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4" in runtime[:check]
+    assert "/opt/venv/lib/libiomp5.so" in runtime[:check]
+    assert check < runtime.index("LD_PRELOAD=")
+
+
+def test_the_build_drops_cuda_era_packages_and_fixes_vllm_metadata():
+    ctx = render("vllm-openai")
+    assert ctx.files["overrides.txt"].splitlines() == [
+        f"{n}; sys_platform == 'never'"
+        for n in ("torchvision", "torchaudio", "torchcodec", "triton")
+    ]
+    dockerfile = ctx.files["Dockerfile"]
+    assert "vllm-0.32.0+cpu.dist-info" in dockerfile and "Name: vllm" in dockerfile
+    assert "--compile-bytecode" in dockerfile
+
+
+def test_zen_installs_zentorch_under_the_stack_constraints():
+    ctx = render("zen")
+    release = ctx.files["Dockerfile"].split("AS zen\n", 1)[1]
+    assert "-c /etc/zenvllm/constraints.txt zentorch==2.13.0.1" in release
+    assert "TORCHINDUCTOR_FREEZING=1" in release
+    assert "torch==2.13.0+cpu" in ctx.files["constraints.txt"]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_no_syntax_line_no_heredoc_and_mounts_only_with_buildkit(target):
+    for buildkit in (False, True):
+        for source in SOURCES:
+            dockerfile = render(target, source, buildkit).files["Dockerfile"]
+            assert "# syntax" not in dockerfile
+            assert "<<" not in dockerfile
+            assert ("--mount=" in dockerfile) is buildkit
+
+
+def test_source_install_uses_the_matrix_isa_rule():
+    new = render("vllm-openai", "source").files["Dockerfile"]
+    assert "ARG VLLM_CPU_X86=true" in new and "VLLM_CPU_AVX512BF16" not in new
+    assert '--branch "${VLLM_GIT_REF}"' in new and "ARG VLLM_GIT_REF=v0.32.0" in new
+    old = render("vllm-openai", "source", pins={"vllm": "0.10.1", "torch": "2.13.0"})
+    assert "VLLM_CPU_AVX512BF16=1" in old.files["Dockerfile"]
+
+
+def test_wheelhouse_decides_between_local_wheels_and_the_torch_index(tmp_path):
+    wheel = tmp_path / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+    wheel.write_bytes(b"wheel")
+    local = render("vllm-openai", wheelhouse=tmp_path)
+    assert local.copies[f"wheelhouse/{wheel.name}"] == wheel
+    assert "download.pytorch.org" not in local.files["Dockerfile"]
+    assert (
+        "--extra-index-url https://download.pytorch.org/whl/cpu"
+        in (render("vllm-openai").files["Dockerfile"])
+    )
+
+
+def test_override_template_replaces_a_block(tmp_path):
+    override = tmp_path / "site.j2"
+    override.write_text(
+        '{% extends parent_template %}{% block footer %}LABEL site="acme"\n{% endblock %}'
+    )
+    dockerfile = render("zen", override=override).files["Dockerfile"]
+    assert 'LABEL site="acme"' in dockerfile
+    assert stages(dockerfile)[-1] == ("zen", "runtime")
+
+
+@pytest.mark.parametrize("buildkit", [False, True])
+@pytest.mark.parametrize("source", SOURCES)
+@pytest.mark.parametrize("target", TARGETS)
+def test_hadolint_passes(target, source, buildkit, tmp_path):
+    hadolint = (
+        require_tool("hadolint")
+        if not (Path(sys.executable).parent / "hadolint").exists()
+        else str(Path(sys.executable).parent / "hadolint")
+    )
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text(render(target, source, buildkit).files["Dockerfile"])
+    done = subprocess.run(
+        [hadolint, "--config", str(REPO / "dockerfiles" / "hadolint.yaml"), str(dockerfile)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_cli_render_writes_a_complete_context(tmp_path):
+    out = tmp_path / "ctx"
+    done = subprocess.run(
+        [*CLI, "render", "--target", "zen", "--output", str(out)],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    names = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
+    assert {"Dockerfile", "image.json", "constraints.txt", "overrides.txt"} <= names
+    assert {"zenvllm/launcher.py", "zenvllm/plan.py", "zenvllm/topology.py"} <= names
+    assert json.loads((out / "image.json").read_text())["pins"]["zentorch"] == "2.13.0.1"
+    assert [p.name for p in tmp_path.iterdir()] == ["ctx"]  # no temp dirs left
+
+
+def test_cli_refuses_a_ruled_out_pin_and_writes_nothing(tmp_path):
+    out = tmp_path / "ctx"
+    done = subprocess.run(
+        [*CLI, "render", "--target", "zen", "--pin", "zentorch=2.14.0.1", "--output", str(out)],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "zentorch 2.14.0.1 needs torch >=2.14.0,<2.15" in done.stderr
+    assert "supports zentorch >=2.13.0.0,<2.14" in done.stderr
+    assert done.stdout == ""
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_render_over_an_existing_context_replaces_it_whole(tmp_path):
+    out = tmp_path / "ctx"
+    out.mkdir()
+    (out / "stale.txt").write_text("old")
+    done = subprocess.run(
+        [*CLI, "render", "--target", "vllm-openai", "--output", str(out)],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert not (out / "stale.txt").exists() and (out / "Dockerfile").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["ctx"]

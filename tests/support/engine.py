@@ -1,0 +1,140 @@
+"""Test helpers around the real container engine: build images, run and clean up containers.
+
+Images are built with the project's own `zenvllm build` (so tests exercise the
+CLI) and kept: they are the cached artefacts other tiers reuse. Containers are
+always removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent.parent
+ZENVLLM = [sys.executable, "-m", "zenvllm"]
+WHEELHOUSE = os.environ.get("ZENVLLM_WHEELHOUSE", "/opt/wheels")
+EXTRA_CA = os.environ.get("ZENVLLM_EXTRA_CA_CERTS", "/usr/local/share/ca-certificates")
+
+
+def engine_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("DOCKER_HOST", "unix:///run/zenvllm/docker.sock")
+    env.setdefault("ZENVLLM_CACHE", "/var/cache/zenvllm")
+    env["PYTHONPATH"] = str(REPO / "scripts")
+    return env
+
+
+def docker(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["docker", *args],
+        env=engine_env(),
+        capture_output=True,
+        text=True,
+        check=check,
+        timeout=timeout,
+    )
+
+
+def engine_ready() -> bool:
+    try:
+        return docker("version", "--format", "{{.Server.Version}}", check=False).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def build_args(target: str) -> list[str]:
+    args = [*ZENVLLM, "build", "--target", target]
+    if Path(WHEELHOUSE).is_dir():
+        args += ["--wheelhouse", WHEELHOUSE]
+    if Path(EXTRA_CA).exists():
+        args += ["--extra-ca-certs", EXTRA_CA]
+    return args
+
+
+def build(target: str, log: Path, timeout: float = 1800) -> tuple[str, float]:
+    """Build `target` with `zenvllm build`; return (tag, seconds)."""
+    start = time.monotonic()
+    done = subprocess.run(
+        [*build_args(target), "--log", str(log)],
+        env=engine_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, f"zenvllm build {target} failed:\n{done.stderr}"
+    return done.stdout.strip().splitlines()[-1], time.monotonic() - start
+
+
+def image_id(tag: str) -> str:
+    return docker("image", "inspect", "--format", "{{.Id}}", tag).stdout.strip()
+
+
+def image_config(tag: str) -> dict:
+    return json.loads(docker("image", "inspect", tag).stdout)[0]["Config"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def container(image: str, *args: str, run_opts: tuple[str, ...] = ()) -> Iterator[str]:
+    """Run a detached container (host network) and always remove it."""
+    name = f"zenvllm-test-{uuid.uuid4().hex[:8]}"
+    docker("run", "-d", "--name", name, "--network", "host", *run_opts, image, *args)
+    try:
+        yield name
+    finally:
+        docker("rm", "-f", name, check=False)
+
+
+def logs(name: str) -> str:
+    done = docker("logs", name, check=False)
+    return done.stdout + done.stderr
+
+
+def running(name: str) -> bool:
+    done = docker("inspect", "--format", "{{.State.Running}}", name, check=False)
+    return done.stdout.strip() == "true"
+
+
+def wait_for(predicate, timeout: float, what: str, name: str | None = None, every: float = 2.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if name and not running(name):
+            raise AssertionError(
+                f"container exited while waiting for {what}:\n{logs(name)[-4000:]}"
+            )
+        time.sleep(every)
+    tail = logs(name)[-4000:] if name else ""
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{tail}")
+
+
+def http_json(url: str, body: dict | None = None, timeout: float = 60) -> dict:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as reply:
+        return json.loads(reply.read() or b"{}")
+
+
+def healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=3) as reply:
+            return reply.status == 200
+    except OSError:
+        return False

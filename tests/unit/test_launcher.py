@@ -1,0 +1,132 @@
+"""The image launcher, run against fixture hosts: arguments, env contract, runtime checks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from support.tiny_model import ensure_tiny_model
+
+from zenvllm import launcher
+from zenvllm.errors import UserError
+from zenvllm.topology import read_host
+
+
+@pytest.fixture(scope="module")
+def zen4(fixtures_dir):
+    return read_host(fixtures_dir / "test-machine-zen4-2cpu")
+
+
+@pytest.fixture(scope="module")
+def milan(fixtures_dir):
+    return read_host(fixtures_dir / "vm-milan-8vcpu-avx2")
+
+
+@pytest.fixture(scope="module")
+def spr(fixtures_dir):
+    return read_host(fixtures_dir / "xeon-8480-spr-amx")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--model", "/m", "--port", "9"],
+        ["--model=/m", "--port", "9"],
+        ["/m", "--port", "9"],
+        ["serve", "/m", "--port", "9"],
+        ["vllm", "serve", "--model", "/m", "--port", "9"],
+    ],
+)
+def test_model_flag_becomes_vllm_serves_positional(argv):
+    serve = launcher.parse_args(argv)
+    assert launcher.vllm_argv(serve, "8000") == ["vllm", "serve", "/m", "--port", "9"]
+
+
+def test_port_is_added_only_when_not_given():
+    serve = launcher.parse_args(["--model", "/m", "--dtype", "bfloat16"])
+    assert launcher.vllm_argv(serve, "8000")[-2:] == ["--port", "8000"]
+
+
+def test_no_model_is_a_user_error():
+    with pytest.raises(UserError, match="no model given"):
+        launcher.parse_args(["--port", "8000"])
+
+
+def test_explicit_env_wins_over_the_plan():
+    merged, lines = launcher.merge_env(
+        {"VLLM_CPU_KVCACHE_SPACE": "7"},
+        {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "0-1"},
+    )
+    assert merged == {"VLLM_CPU_KVCACHE_SPACE": "7", "VLLM_CPU_OMP_THREADS_BIND": "0-1"}
+    assert "VLLM_CPU_KVCACHE_SPACE=7 (from the environment; plan said 1)" in lines
+    assert "VLLM_CPU_OMP_THREADS_BIND=0-1 (planned)" in lines
+
+
+def test_missing_preloads_are_named(tmp_path):
+    lib = tmp_path / "libfake.so"
+    lib.write_bytes(b"")
+    assert launcher.missing_preloads(f"{lib}:/nope/libiomp5.so") == ["/nope/libiomp5.so"]
+    assert launcher.missing_preloads("") == []
+
+
+def test_zentorch_active_on_zen4_with_avx512_bf16(zen4):
+    active, message = launcher.zentorch_state(zen4, "2.13.0.1", "2.13.0+cpu")
+    assert active and "ACTIVE" in message and "ZenCpuPlatform" in message
+
+
+def test_zentorch_inactive_without_avx512(milan):
+    active, message = launcher.zentorch_state(milan, "2.13.0.1", "2.13.0+cpu")
+    assert not active
+    assert "INACTIVE" in message and "avx512f, avx512_bf16" in message
+
+
+def test_zentorch_inactive_on_intel(spr):
+    active, message = launcher.zentorch_state(spr, "2.13.0.1", "2.13.0+cpu")
+    assert not active and "vendor AuthenticAMD (this CPU is GenuineIntel)" in message
+
+
+def test_zentorch_inactive_on_a_torch_it_was_not_built_for(zen4):
+    active, message = launcher.zentorch_state(zen4, "2.14.0.1", "2.13.0+cpu")
+    assert not active and "needs torch 2.14.x, found torch 2.13.0+cpu" in message
+
+
+def test_pace_inactive_outside_its_vllm_range(zen4):
+    active, message = launcher.pace_state(zen4, "1.3.0", "0.32.0+cpu", ">=0.25.0,<=0.28.0")
+    assert not active and "supports vLLM >=0.25.0,<=0.28.0, found 0.32.0+cpu" in message
+    assert launcher.pace_state(zen4, "1.3.0", "0.28.0+cpu", ">=0.25.0,<=0.28.0")[0]
+
+
+def test_small_shm_is_refused_with_the_fix():
+    assert launcher.shm_problem(64 << 20, 1024) == (
+        "/dev/shm has 64 MiB free but vLLM needs at least 512 MiB for its message queues; "
+        "run the container with --shm-size=1024m (the plan's size) or --ipc=host"
+    )
+    assert launcher.shm_problem(1 << 30, 1024) is None
+
+
+def test_prepare_plans_the_container_and_keeps_explicit_env(zen4, tmp_path, monkeypatch):
+    model = ensure_tiny_model()
+    monkeypatch.setattr(launcher, "shm_free", lambda path="/dev/shm": 1 << 30)
+    env = {"LD_PRELOAD": "", "VLLM_CPU_OMP_THREADS_BIND": "1", "ZENVLLM_TARGET": "zen"}
+    argv = launcher.prepare(
+        ["--model", str(model), "--max-model-len", "512"], env, zen4, {"port": 8000}
+    )
+    assert argv == ["vllm", "serve", str(model), "--max-model-len", "512", "--port", "8000"]
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "1"  # explicit wins
+    assert int(env["VLLM_CPU_KVCACHE_SPACE"]) >= 1  # planned
+    assert env["TORCHINDUCTOR_FREEZING"] == "1"  # the zen target's tuning
+    assert env["HF_HUB_OFFLINE"] == "1"  # a local model needs no hub
+
+
+def test_prepare_refuses_a_missing_preload(zen4, monkeypatch):
+    monkeypatch.setattr(launcher, "shm_free", lambda path="/dev/shm": 1 << 30)
+    env = {"LD_PRELOAD": "/nope/libtcmalloc_minimal.so.4"}
+    with pytest.raises(UserError, match="LD_PRELOAD names missing libraries: /nope/"):
+        launcher.prepare(["--model", "/m"], env, zen4, {})
+
+
+def test_manifest_is_optional(tmp_path):
+    assert launcher.read_manifest(tmp_path / "absent.json") == {}
+    (tmp_path / "image.json").write_text(json.dumps({"target": "zen"}))
+    assert launcher.read_manifest(Path(tmp_path / "image.json"))["target"] == "zen"

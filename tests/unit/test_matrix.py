@@ -1,0 +1,81 @@
+"""The compatibility matrix and pin resolution of dockerfiles/build.yaml."""
+
+from __future__ import annotations
+
+import pytest
+
+from zenvllm import images, matrix
+from zenvllm.errors import ConfigError, UserError
+from zenvllm.targets import TARGETS
+
+
+@pytest.fixture(scope="module")
+def config() -> dict:
+    return images.load_config()
+
+
+@pytest.mark.parametrize("target", ["vllm-openai", "zen", "pace"])
+def test_every_target_resolves_with_its_default_pins(config, target):
+    resolved = images.resolve(config, target, {}, None)
+    assert set(resolved.rows) == set(resolved.pins)  # every pin fell in a matrix row
+
+
+def test_pace_keeps_its_own_vllm_pin_inside_pace_vllms_range(config):
+    pace = images.resolve(config, "pace", {}, None)
+    assert pace.pins["vllm"] == "0.28.0"
+    assert images.resolve(config, "zen", {}, None).pins["vllm"] == "0.32.0"
+
+
+def test_zentorch_214_is_refused_naming_the_supported_range(config):
+    with pytest.raises(ConfigError) as err:
+        images.resolve(config, "zen", {"zentorch": "2.14.0.1"}, None)
+    text = str(err.value)
+    assert "zentorch 2.14.0.1 needs torch >=2.14.0,<2.15" in text
+    assert "torch is pinned to 2.13.0+cpu" in text
+    assert "supports zentorch >=2.13.0.0,<2.14" in text
+
+
+def test_pace_with_vllm_032_is_refused_with_pace_vllms_range(config):
+    with pytest.raises(ConfigError, match=r"needs vllm >=0.25.0,<=0.28.0"):
+        images.resolve(config, "pace", {"vllm": "0.32.0"}, None)
+
+
+def test_a_version_outside_every_row_is_refused(config):
+    with pytest.raises(ConfigError, match=r"zentorch 9.9 is not in the compatibility matrix"):
+        images.resolve(config, "zen", {"zentorch": "9.9"}, None)
+
+
+def test_a_malformed_version_names_the_pin(config):
+    with pytest.raises(ConfigError, match=r"pin zentorch=latest is not a version"):
+        images.resolve(config, "zen", {"zentorch": "latest"}, None)
+
+
+def test_unknown_and_foreign_pins_are_user_errors(config):
+    with pytest.raises(UserError, match=r"unknown pin 'cuda'"):
+        images.resolve(config, "zen", {"cuda": "12"}, None)
+    with pytest.raises(UserError, match=r"target vllm-openai does not contain zentorch"):
+        images.resolve(config, "vllm-openai", {"zentorch": "2.13.0.1"}, None)
+    with pytest.raises(UserError, match=r"unknown target 'rocm'"):
+        images.resolve(config, "rocm", {}, None)
+
+
+def test_a_local_version_label_matches_plain_specifiers():
+    assert matrix.contains("==2.13.0", matrix.parse_version("torch", "2.13.0+cpu"))
+    assert not matrix.contains(">=2.14.0,<2.15", matrix.parse_version("torch", "2.13.0+cpu"))
+
+
+def test_every_pin_and_every_matrix_row_says_why(config):
+    assert all(p.get("reason") for p in config["pins"].values())
+    for rows in config["matrix"].values():
+        assert all(r.get("reason") for r in rows)
+
+
+def test_image_env_matches_what_the_planner_sets_per_target(config):
+    for name, spec in config["targets"].items():
+        assert (spec.get("env") or {}) == TARGETS[name].env, name
+
+
+def test_parse_pins_rejects_bad_syntax():
+    assert images.parse_pins(["zentorch=2.13.0.1"]) == {"zentorch": "2.13.0.1"}
+    with pytest.raises(UserError, match="is not NAME=VERSION"):
+        images.parse_pins(["zentorch"])
