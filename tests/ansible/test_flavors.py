@@ -1,0 +1,212 @@
+"""Flavor runs: the roles' detection pointed at the planner's fixture trees and
+flavor presets, rendering env files and units for several VM sizes into a
+temporary directory (one playbook run, one inventory host per flavor).
+
+Each rendered file is checked against what `zenvllm plan --json` itself says
+for the same input: the roles must render the plan, not compute their own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import stat
+import subprocess
+import sys
+
+import pytest
+import yaml
+from conftest import FIXTURES, REPO
+from support.ansible_run import playbook
+
+pytestmark = pytest.mark.ansible
+
+SECRET_KEY = "flavor-api-key-7c1e9d"
+SECRET_TOKEN = "hf_flavor_token_52ab08"
+
+# name: (planner input, model size GiB, instances, expected instance count)
+FLAVORS = {
+    "zen4-2cpu": (
+        {"zenvllm_instances_sysfs_root": str(FIXTURES / "test-machine-zen4-2cpu")},
+        0.5,
+        2,
+        2,
+    ),
+    "openstack-9454-24vcpu": (
+        {"zenvllm_instances_sysfs_root": str(FIXTURES / "vm-openstack-9454-24vcpu")},
+        16,
+        "auto",
+        None,
+    ),
+    "epyc-9354-2s-smt": (
+        {"zenvllm_instances_sysfs_root": str(FIXTURES / "epyc-9354-2s-smt")},
+        14,
+        "auto",
+        None,
+    ),
+    "epyc-9654-nps4": (
+        {"zenvllm_instances_sysfs_root": str(FIXTURES / "epyc-9654-nps4")},
+        14,
+        "auto",
+        None,
+    ),
+    "preset-9755-2s": ({"zenvllm_instances_flavor": "epyc-9755-2s-256c-3072g"}, 70, "auto", None),
+}
+
+
+def planner(args: list[str]) -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-m", "zenvllm", "plan", "--json", *args],
+        env={**os.environ, "PYTHONPATH": str(REPO / "scripts")},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(proc.stdout)
+
+
+def planner_args(inputs: dict, size, count) -> list[str]:
+    where = (
+        ["--flavor", inputs["zenvllm_instances_flavor"]]
+        if "zenvllm_instances_flavor" in inputs
+        else ["--root", inputs["zenvllm_instances_sysfs_root"]]
+    )
+    return [
+        *where,
+        "--model-size-gib",
+        str(size),
+        "--instances",
+        str(count),
+        "--target",
+        "vllm-openai",
+    ]
+
+
+def env_file(path) -> dict[str, str]:
+    pairs = (
+        line.split("=", 1)
+        for line in path.read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    return dict(pairs)
+
+
+def exec_start(unit_text: str) -> list[str]:
+    """The ExecStart command line, continuation lines joined, split like systemd does."""
+    body = unit_text.split("ExecStart=", 1)[1].split("\nExecStop=", 1)[0]
+    return shlex.split(body.replace("\\\n", " "))
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    base = tmp_path_factory.mktemp("flavors")
+    planner_copy = base / "planner"  # a snapshot: edits elsewhere must not change the run
+    shutil.copytree(
+        REPO / "scripts" / "zenvllm", planner_copy, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    hosts = {}
+    for name, (inputs, size, count, _) in FLAVORS.items():
+        dest = base / name
+        (dest / "units").mkdir(parents=True)
+        hosts[name] = {
+            "ansible_connection": "local",
+            **inputs,
+            "zenvllm_instances_model_size_gib": size,
+            "zenvllm_instances_count": count,
+            "zenvllm_instances_config_dir": str(dest / "etc"),
+            "zenvllm_instances_unit_dir": str(dest / "units"),
+            "zenvllm_instances_lib_dir": str(dest / "lib"),
+            "zenvllm_instances_seccomp_profile": str(dest / "etc" / "seccomp-numa.json"),
+        }
+    inventory = base / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"zenvllm": {"hosts": hosts}}))
+    common = {
+        "zenvllm_model_dir": "/srv/models/llm",
+        "zenvllm_instances_render_only": True,
+        "zenvllm_instances_supervisor": "systemd",
+        "zenvllm_instances_planner_src": str(planner_copy),
+        "zenvllm_api_key": SECRET_KEY,
+        "zenvllm_hf_token": SECRET_TOKEN,
+    }
+    run = playbook("-i", str(inventory), "--tags", "instances", extra_vars=common)
+    assert run.rc == 0 and run.failed() == 0, run.output[-6000:]
+    return base, run
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_env_files_and_units_render_the_plan(rendered, flavor):
+    base, _ = rendered
+    inputs, size, count, expected = FLAVORS[flavor]
+    plan = planner(planner_args(inputs, size, count))
+    if expected is not None:
+        assert len(plan["instances"]) == expected
+    dest = base / flavor
+    envs = sorted((dest / "etc").glob("*.env"))
+    units = sorted((dest / "units").glob("*.service"))
+    assert [p.stem for p in envs] == sorted(i["name"] for i in plan["instances"])
+    assert [p.stem for p in units] == sorted(i["name"] for i in plan["instances"])
+    for instance in plan["instances"]:
+        env_path = dest / "etc" / f"{instance['name']}.env"
+        assert stat.S_IMODE(env_path.stat().st_mode) == 0o600
+        env = env_file(env_path)
+        for key, value in instance["env"].items():
+            assert env[key] == value, (flavor, key)
+        assert env["VLLM_CPU_KVCACHE_SPACE"] == str(instance["kv_cache_gib"])
+        assert env["VLLM_CPU_OMP_THREADS_BIND"] == instance["omp_threads_bind"]
+        assert env["VLLM_API_KEY"] == SECRET_KEY and env["HF_TOKEN"] == SECRET_TOKEN
+
+        args = exec_start((dest / "units" / f"{instance['name']}.service").read_text())
+        assert args[:2] == ["/usr/bin/docker", "run"]
+        for docker_arg in instance["docker_args"]:  # cpuset, mems, shm, memory: the plan's
+            assert docker_arg in args, (flavor, docker_arg)
+        assert "--cap-add=SYS_NICE" in args and "--cap-drop=ALL" in args
+        assert f"--security-opt=seccomp={dest}/etc/seccomp-numa.json" in args
+        assert not any("privileged" in a for a in args)
+        assert "--network=host" in args and "--user=10001:10001" in args
+        assert "--host=127.0.0.1" in args and f"--port={instance['port']}" in args
+        assert "--volume=/srv/models/llm:/model:ro" in args
+    assert (dest / "etc" / "seccomp-numa.json").is_file()
+
+
+def test_bigger_hosts_get_more_instances(rendered):
+    base, _ = rendered
+    counts = {name: len(list((base / name / "units").glob("*.service"))) for name in FLAVORS}
+    assert counts["epyc-9354-2s-smt"] >= 2  # at least one per NUMA node
+    assert counts["epyc-9654-nps4"] >= 4
+    assert counts["preset-9755-2s"] >= 2
+    mems = {
+        re.search(r"--cpuset-mems=(\S+)", (base / "epyc-9654-nps4" / "units" / u).read_text())[1]
+        for u in os.listdir(base / "epyc-9654-nps4" / "units")
+    }
+    assert len(mems) >= 4  # each instance on its own node
+
+
+def test_secrets_never_appear_in_ansible_output(rendered):
+    _, run = rendered
+    assert SECRET_KEY not in run.output and SECRET_TOKEN not in run.output
+
+
+def test_an_impossible_plan_fails_with_the_planners_numbers(tmp_path):
+    (tmp_path / "units").mkdir()
+    run = playbook(
+        "--tags",
+        "instances",
+        extra_vars={
+            "zenvllm_model_dir": "/srv/models/huge",
+            "zenvllm_instances_flavor": "epyc-9454-24c-96g",
+            "zenvllm_instances_model_size_gib": 140,
+            "zenvllm_instances_render_only": True,
+            "zenvllm_instances_supervisor": "systemd",
+            "zenvllm_instances_config_dir": str(tmp_path / "etc"),
+            "zenvllm_instances_unit_dir": str(tmp_path / "units"),
+            "zenvllm_instances_lib_dir": str(tmp_path / "lib"),
+            "zenvllm_instances_seccomp_profile": str(tmp_path / "etc" / "seccomp.json"),
+        },
+        playbook_file="deploy.yml",
+    )
+    assert run.rc != 0
+    assert "The zenvllm planner refused" in run.output and "GiB" in run.output
+    assert not list((tmp_path / "units").iterdir())

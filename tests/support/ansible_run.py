@@ -1,0 +1,91 @@
+"""Run the project's playbooks the way an operator does, and read the recap.
+
+Ansible's home, temp files and config stay inside the checkout (.cache/ansible),
+so runs do not depend on, or leave anything in, the user's ~/.ansible.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+ANSIBLE_DIR = REPO / "ansible"
+BIN = Path(sys.executable).parent
+
+RECAP = re.compile(
+    r"^(?P<host>\S+)\s+:\s+ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+unreachable=(?P<unreachable>\d+)"
+    r"\s+failed=(?P<failed>\d+)",
+    re.MULTILINE,
+)
+
+
+@dataclass(frozen=True)
+class Run:
+    rc: int
+    output: str
+    recap: dict[str, dict[str, int]]
+
+    def changed(self) -> int:
+        return sum(h["changed"] for h in self.recap.values())
+
+    def failed(self) -> int:
+        return sum(h["failed"] + h["unreachable"] for h in self.recap.values())
+
+
+def env() -> dict[str, str]:
+    home = REPO / ".cache" / "ansible"
+    home.mkdir(parents=True, exist_ok=True)
+    return {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(ANSIBLE_DIR / "ansible.cfg"),
+        "ANSIBLE_HOME": str(home),
+        "ANSIBLE_LOCAL_TEMP": str(home / "tmp"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_FORCE_COLOR": "0",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
+    }
+
+
+def playbook(
+    *args: str,
+    extra_vars: dict | None = None,
+    playbook_file: str = "deploy.yml",
+    timeout: int = 1800,
+) -> Run:
+    """ansible-playbook from ansible/, extra vars passed as JSON (types kept)."""
+    argv = [str(BIN / "ansible-playbook"), playbook_file, *args]
+    if extra_vars:
+        argv += ["-e", json.dumps(extra_vars)]
+    proc = subprocess.run(
+        argv,
+        cwd=ANSIBLE_DIR,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    output = proc.stdout + proc.stderr
+    recap = {
+        m["host"]: {k: int(m[k]) for k in ("ok", "changed", "unreachable", "failed")}
+        for m in RECAP.finditer(output)
+    }
+    return Run(proc.returncode, output, recap)
+
+
+def changed_tasks(output: str) -> list[str]:
+    """Names of the tasks that reported a change (for readable failures)."""
+    tasks, current = [], None
+    for line in output.splitlines():
+        if line.startswith(("TASK [", "RUNNING HANDLER [")):
+            current = line.split("[", 1)[1].rsplit("]", 1)[0]
+        elif line.startswith("changed:") and current and current not in tasks:
+            tasks.append(current)
+    return tasks
