@@ -66,6 +66,28 @@ def default_errno(profile: dict) -> int:
     return profile.get("defaultErrnoRet", 1)
 
 
+# Docker's default capability set (moby oci/caps/defaults.go), for comparing
+# what an ordinary container may do, besides zenvllm's --cap-drop ALL --cap-add SYS_NICE.
+DOCKER_DEFAULT_CAPS = frozenset(
+    [
+        "CAP_CHOWN",
+        "CAP_DAC_OVERRIDE",
+        "CAP_FSETID",
+        "CAP_FOWNER",
+        "CAP_MKNOD",
+        "CAP_NET_RAW",
+        "CAP_SETGID",
+        "CAP_SETUID",
+        "CAP_SETFCAP",
+        "CAP_SETPCAP",
+        "CAP_NET_BIND_SERVICE",
+        "CAP_SYS_CHROOT",
+        "CAP_KILL",
+        "CAP_AUDIT_WRITE",
+    ]
+)
+
+
 def compare(shipped: dict, default: dict, arch: str, caps: set[str], kernel: tuple[int, ...]):
     """(calls only the shipped profile allows, calls it treats differently from the default)."""
     ours, theirs = effective(shipped, arch, caps, kernel), effective(default, arch, caps, kernel)
@@ -82,7 +104,9 @@ def engine_package_version() -> str | None:
         text=True,
         check=False,
     )
-    return done.stdout.strip() or None if done.returncode == 0 else None
+    if done.returncode != 0:
+        return None
+    return done.stdout.strip() or None
 
 
 def engine_default_profile(cache: Path, version: str) -> dict:
