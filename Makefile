@@ -53,6 +53,18 @@ tiny-model: venv
 image: venv engine base-image
 	$(BIN)/zenvllm build --target $(TARGET)
 
+# Serve MODEL on this host: build the image, then run ansible/deploy.yml against
+# localhost (instances sized by the planner, nginx gateway on :8000).
+# DEPLOY_ARGS passes more ansible-playbook options, e.g. DEPLOY_ARGS="--check --diff".
+DEPLOY_IMAGE ?= zenvllm/$(TARGET):0.32.0
+deploy: venv engine
+	@test -n "$(MODEL)" && test -f "$(MODEL)/config.json" || \
+	  { echo "make deploy: MODEL=$(MODEL) must be a model directory with config.json" >&2; exit 2; }
+	$(MAKE) image TARGET=$(TARGET)
+	cd ansible && ANSIBLE_HOME=$(CURDIR)/.cache/ansible ../$(BIN)/ansible-playbook deploy.yml \
+	  -e zenvllm_model_dir=$(abspath $(MODEL)) -e zenvllm_image=$(DEPLOY_IMAGE) \
+	  -e zenvllm_instances_target=$(TARGET) -e zenvllm_docker_host=$(DOCKER_HOST) $(DEPLOY_ARGS)
+
 test-image: venv engine base-image
 	$(PYTEST) -q tests/image
 
