@@ -227,13 +227,21 @@ def pace_state(host: Host, pace: str | None, vllm: str | None, spec: str) -> tup
     return True, f"pace-vllm {pace} is ACTIVE: vLLM {vllm} with PACE's platform plugin"
 
 
-def platform_line(host: Host, zen_active: bool, pace_active: bool) -> str:
-    avx512 = "avx512f" in host.flags
-    kernels = "AVX-512" if avx512 else "AVX2"
+def vllm_picks_zen(host: Host, zentorch: str | None) -> bool:
+    """vLLM's own rule: AuthenticAMD and any avx512 flag in /proc/cpuinfo, and zentorch."""
+    return (
+        zentorch is not None
+        and host.vendor == ZEN_VENDOR
+        and any(f.startswith("avx512") for f in host.flags)
+    )
+
+
+def platform_line(host: Host, zen_platform: bool, pace_active: bool) -> str:
+    kernels = "AVX-512" if "avx512f" in host.flags else "AVX2"
     if pace_active:
         return f"vLLM platform: PACE (pace-vllm plugin) on {kernels} kernels"
-    if zen_active:
-        return "vLLM platform: ZenCpuPlatform (cpu + zentorch) on AVX-512 kernels"
+    if zen_platform:
+        return f"vLLM platform: ZenCpuPlatform (cpu + zentorch) on {kernels} kernels"
     return f"vLLM platform: CpuPlatform (cpu) with its {kernels} kernels"
 
 
@@ -282,17 +290,16 @@ def prepare(argv: list[str], env: dict[str, str], host: Host, manifest: dict) ->
         )
     log(f"LD_PRELOAD ok: {env.get('LD_PRELOAD') or '(empty)'}")
 
-    zen_active, pace_active = False, False
+    pace_active = False
     zentorch = installed("zentorch")
     if target == "zen" or zentorch:
-        zen_active, message = zentorch_state(host, zentorch, installed("torch"))
-        log(message)
+        log(zentorch_state(host, zentorch, installed("torch"))[1])
     pace = installed("pace-vllm")
     if target == "pace" or pace:
         spec = manifest.get("matrix", {}).get("pace-vllm", {}).get("needs", {}).get("vllm", "")
         pace_active, message = pace_state(host, pace, installed("vllm"), spec or ">=0.25,<=0.28")
         log(message)
-    log(platform_line(host, zen_active, pace_active))
+    log(platform_line(host, vllm_picks_zen(host, zentorch), pace_active))
 
     if (Path(serve.model) / "config.json").is_file():
         env.setdefault("HF_HUB_OFFLINE", "1")  # a local model needs no hub

@@ -130,3 +130,13 @@ def test_manifest_is_optional(tmp_path):
     assert launcher.read_manifest(tmp_path / "absent.json") == {}
     (tmp_path / "image.json").write_text(json.dumps({"target": "zen"}))
     assert launcher.read_manifest(Path(tmp_path / "image.json"))["target"] == "zen"
+
+
+def test_platform_line_follows_vllms_rule(zen4, milan, spr):
+    assert launcher.vllm_picks_zen(zen4, "2.13.0.1")
+    assert not launcher.vllm_picks_zen(zen4, None)
+    assert not launcher.vllm_picks_zen(milan, "2.13.0.1")  # no avx512
+    assert not launcher.vllm_picks_zen(spr, "2.13.0.1")  # not AMD
+    assert launcher.platform_line(milan, False, False) == (
+        "vLLM platform: CpuPlatform (cpu) with its AVX2 kernels"
+    )

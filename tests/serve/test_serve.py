@@ -1,0 +1,106 @@
+"""A real completion from the vllm-openai image, with the tiny model mounted read-only.
+
+Only the launcher sizes the instance here (no VLLM_CPU_* env is passed): the
+test checks the planned values in its log, then sends a real /v1/completions
+and checks the token counts against the model's own tokenizer.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+from conftest import require
+from support import engine
+from support.tiny_model import ensure_tiny_model
+
+pytestmark = pytest.mark.serve
+
+MAX_TOKENS = 9
+PROMPT = "Hello world, the quick brown fox jumps over the lazy dog"
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory) -> str:
+    require(engine.engine_ready(), "no container engine answers (run `make engine`)")
+    tag, _ = engine.build("vllm-openai", tmp_path_factory.mktemp("logs") / "build.log")
+    return tag
+
+
+@pytest.fixture(scope="module")
+def server(image):
+    model = ensure_tiny_model()
+    port = engine.free_port()
+    start = time.monotonic()
+    with engine.container(
+        image,
+        "--model",
+        "/model",
+        "--port",
+        str(port),
+        "--max-model-len",
+        "512",
+        "--dtype",
+        "bfloat16",
+        "--enforce-eager",
+        run_opts=("--shm-size=1g", "--health-interval=5s", "-v", f"{model}:/model:ro"),
+    ) as name:
+        engine.wait_for(lambda: engine.healthy(port), 420, "/health", name, every=2)
+        print(f"server ready in {time.monotonic() - start:.0f} s")
+        yield name, port, model
+
+
+def test_launcher_planned_the_container(server):
+    name, _, _ = server
+    log = engine.logs(name)
+    assert re.search(r"zenvllm-launch: VLLM_CPU_KVCACHE_SPACE=\d+ \(planned\)", log)
+    assert re.search(r"zenvllm-launch: VLLM_CPU_OMP_THREADS_BIND=[\d,-]+ \(planned\)", log)
+    assert "zenvllm-launch: LD_PRELOAD ok:" in log
+    assert "zenvllm-launch: exec vllm serve /model" in log
+
+
+def test_completion_has_the_requested_tokens(server):
+    from tokenizers import Tokenizer
+
+    _, port, model = server
+    reply = engine.http_json(
+        f"http://127.0.0.1:{port}/v1/completions",
+        {
+            "model": "/model",
+            "prompt": PROMPT,
+            "max_tokens": MAX_TOKENS,
+            "ignore_eos": True,
+            "temperature": 0,
+        },
+    )
+    usage = reply["usage"]
+    prompt_ids = Tokenizer.from_file(str(Path(model) / "tokenizer.json")).encode(PROMPT).ids
+    assert usage["completion_tokens"] == MAX_TOKENS
+    assert usage["prompt_tokens"] == len(prompt_ids)
+    assert reply["choices"][0]["finish_reason"] == "length"
+    assert reply["choices"][0]["text"]
+
+
+def test_image_healthcheck_reports_healthy(server):
+    name, _, _ = server
+    status = engine.wait_for(
+        lambda: (
+            engine.docker("inspect", "--format", "{{.State.Health.Status}}", name).stdout.strip()
+            == "healthy"
+        ),
+        60,
+        "docker's health status",
+        name,
+    )
+    assert status
+
+
+def test_without_enough_shm_the_launcher_refuses_with_the_fix(image):
+    done = engine.docker(
+        "run", "--rm", "--network", "host", image, "--model", "/nowhere", check=False
+    )
+    assert done.returncode == 2
+    assert "vLLM needs at least 512 MiB" in done.stderr
+    assert "--shm-size=" in done.stderr
