@@ -78,10 +78,16 @@ def check(matrix: dict, pins: dict[str, str]) -> dict[str, dict]:
             ok = supported(matrix, name, pins)
             named = {k for r in matrix[name] for k in (r.get("needs") or {})}
             others = ", ".join(f"{k} {v}" for k, v in pins.items() if k in named)
+            why = str(row["reason"]).rstrip(".")
+            head = f"{name} {text} needs {other} {needed} but {other} is pinned to {have} ({why})."
+            if ok:
+                raise ConfigError(
+                    f"{head} With {others} the matrix supports {name} {_ranges(ok)}; "
+                    f"use --pin {name}=<a version in that range> or change the {other} pin"
+                )
             raise ConfigError(
-                f"{name} {text} needs {other} {needed} but {other} is pinned to {have} "
-                f"({row['reason']}). With {others} the matrix supports {name} {_ranges(ok)}; "
-                f"use --pin {name}=<a version in that range> or change the {other} pin"
+                f"{head} No {name} version in the matrix works with {others}; "
+                f"pin {other} to {needed} (--pin {other}=VERSION)"
             )
         rows[name] = row
     return rows
