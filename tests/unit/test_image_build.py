@@ -1,0 +1,73 @@
+"""Engine choice and build command lines (pure), and the base image's skip logic."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from zenvllm import baseimage, build
+from zenvllm.errors import UserError
+
+
+def test_buildkit_build_line_uses_host_network_and_the_base_image():
+    engine = build.Engine("docker", "/usr/bin/docker", True)
+    argv = build.build_argv(
+        engine, Path("ctx"), "t:1", "host", "zenvllm/debian:bookworm", Path("iid")
+    )
+    assert argv[:6] == ["/usr/bin/docker", "build", "--network", "host", "--tag", "t:1"]
+    assert "--progress" in argv and argv[-1] == "ctx"
+    assert "BASE_IMAGE=zenvllm/debian:bookworm" in argv
+    assert build.build_env(engine)["DOCKER_BUILDKIT"] == "1"
+
+
+def test_legacy_and_podman_lines():
+    legacy = build.Engine("docker", "docker", False)
+    assert "--progress" not in build.build_argv(legacy, Path("c"), "t", "host", None, Path("i"))
+    assert build.build_env(legacy)["DOCKER_BUILDKIT"] == "0"
+    podman = build.Engine("podman", "podman", True)
+    argv = build.build_argv(podman, Path("c"), "t", "host", None, Path("i"), no_cache=True)
+    assert "nofile=20000:20000" in argv and "--no-cache" in argv
+
+
+def test_a_pre_23_client_has_buildkit_built_in(monkeypatch):
+    monkeypatch.setattr(
+        build, "docker_candidates", lambda: ["/usr/local/bin/docker", "/usr/bin/docker"]
+    )
+    monkeypatch.setattr(build, "has_buildkit", lambda b: b == "/usr/bin/docker")
+    assert build.choose_engine() == build.Engine("docker", "/usr/bin/docker", True)
+    assert build.choose_engine(builder="legacy") == build.Engine(
+        "docker", "/usr/local/bin/docker", False
+    )
+
+
+def test_buildkit_demanded_but_absent_is_a_user_error(monkeypatch):
+    monkeypatch.setattr(build, "docker_candidates", lambda: ["/usr/local/bin/docker"])
+    monkeypatch.setattr(build, "has_buildkit", lambda b: False)
+    assert not build.choose_engine().buildkit
+    with pytest.raises(UserError, match="no docker client here has BuildKit"):
+        build.choose_engine(builder="buildkit")
+    with pytest.raises(UserError, match="--engine 'lxc' is not one of"):
+        build.choose_engine("lxc")
+
+
+def test_base_image_is_not_remade_when_the_tag_exists(monkeypatch, tmp_path):
+    monkeypatch.setattr(baseimage, "image_exists", lambda engine, tag: True)
+
+    def boom(*a, **k):
+        raise AssertionError("debootstrap must not run")
+
+    monkeypatch.setattr(baseimage, "make_tarball", boom)
+    assert baseimage.ensure_base_image(cache=tmp_path) == "zenvllm/debian:bookworm"
+
+
+def test_base_image_imports_the_cached_tarball_without_debootstrap(monkeypatch, tmp_path):
+    tarball = baseimage.tarball_path("bookworm", tmp_path)
+    tarball.parent.mkdir(parents=True)
+    tarball.write_bytes(b"tar")
+    imported = []
+    monkeypatch.setattr(baseimage, "image_exists", lambda engine, tag: False)
+    monkeypatch.setattr(baseimage, "make_tarball", lambda *a: pytest.fail("debootstrap ran"))
+    monkeypatch.setattr(baseimage, "import_tarball", lambda e, t, tag: imported.append((t, tag)))
+    baseimage.ensure_base_image(cache=tmp_path)
+    assert imported == [(tarball, "zenvllm/debian:bookworm")]
