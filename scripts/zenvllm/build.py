@@ -154,3 +154,8 @@ def build_context(
 def image_id(engine: Engine, tag: str) -> str | None:
     done = _run([engine.binary, "image", "inspect", "--format", "{{.Id}}", tag])
     return done.stdout.strip() if done.returncode == 0 else None
+
+
+def remove_image(engine: Engine, image: str) -> bool:
+    """Remove an untagged image; an image a container still uses is left alone."""
+    return _run([engine.binary, "image", "rm", image]).returncode == 0

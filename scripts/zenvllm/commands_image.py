@@ -98,6 +98,7 @@ def run_build(args: argparse.Namespace) -> int:
     tag = args.tag or context.tag
     builder = "BuildKit" if engine.buildkit else "legacy builder"
     print(f"build: {context.target} as {tag} with {engine.binary} ({builder})", file=sys.stderr)
+    previous = build.image_id(engine, tag)
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="zenvllm-ctx-") as tmp:
         ctx = images.write_context(context, Path(tmp) / "context")
@@ -105,6 +106,8 @@ def run_build(args: argparse.Namespace) -> int:
             engine, ctx, tag, args.network, base, _path(args.log), args.no_cache
         )
     print(f"build: {tag} {image} in {time.monotonic() - start:.1f} s", file=sys.stderr)
+    if previous and previous != image:
+        build.remove_image(engine, previous)  # the old image the tag left behind
     print(tag)
     return 0
 
