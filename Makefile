@@ -74,6 +74,17 @@ test-serve: venv engine base-image tiny-model
 test-ansible: venv engine
 	$(PYTEST) -q tests/ansible
 
+# The full sweep (10-15 min on 2 cores): stock vLLM against every layout the planner
+# considers, zen against plain, and a deploy.yml gateway; then the file is checked
+# (complete, consistent, planner >= 1.3x stock). MODEL defaults to the tiny test model.
+BENCH_OUT ?= out/bench
+bench: venv engine
+	$(MAKE) image TARGET=vllm-openai
+	$(MAKE) image TARGET=zen
+	$(BIN)/zenvllm bench --model "$(or $(MODEL),$$($(BIN)/python tests/support/tiny_model.py))" \
+	  --gateway deploy --out $(BENCH_OUT) $(BENCH_ARGS)
+	$(BIN)/python -m zenvllm.bench $(BENCH_OUT) --acceptance
+
 test-bench: venv engine
 	$(PYTEST) -q tests/bench
 

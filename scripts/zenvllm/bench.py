@@ -13,7 +13,7 @@ import csv
 import io
 import json
 import statistics
-from dataclasses import asdict, dataclass, fields, replace  # noqa: F401 (asdict: callers)
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from zenvllm.errors import PlanError, UserError
@@ -898,3 +898,35 @@ def compare_csv(path: Path, rows: list[dict], label: str) -> list[str]:
         for key, want in row.items()
         if not same(g.get(key), want)
     ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m zenvllm.bench DIR [--acceptance]`: check a bench output directory."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m zenvllm.bench", description=main.__doc__)
+    parser.add_argument("out", type=Path, help="a `zenvllm bench --out` directory")
+    parser.add_argument(
+        "--acceptance",
+        action="store_true",
+        help=f"also require the planner's layout at >= {ACCEPTANCE_RATIO}x stock",
+    )
+    args = parser.parse_args(argv)
+    problems = check_outputs(args.out)
+    verdict_ = {}
+    if not problems:
+        verdict_ = json.loads((args.out / "results.json").read_text())["verdict"]
+        if args.acceptance and not verdict_["meets_acceptance"]:
+            problems.append(
+                f"the planner's layout ({verdict_['planner']}) made {verdict_['planner_ratio']}x "
+                f"stock output throughput, under the {ACCEPTANCE_RATIO}x acceptance"
+            )
+    for p in problems:
+        print(f"{args.out}: {p}")
+    if not problems:
+        print(f"{args.out}: complete and consistent; planner {verdict_['planner_ratio']}x stock")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

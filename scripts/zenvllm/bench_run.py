@@ -23,8 +23,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from zenvllm import bench
+from zenvllm import bench, bench_gateway
 from zenvllm.bench import Configuration, Run, Workload
+from zenvllm.bench_gateway import Deployment
 from zenvllm.errors import UserError
 
 SHM_LEFTOVERS = Path("/dev/shm")
@@ -39,7 +40,8 @@ class Settings:
     workload: Workload
     max_model_len: int
     out_dir: Path
-    gateway: tuple[str, str] | None = None  # (base URL, served model name)
+    gateway_url: str | None = None  # an existing deployment's gateway
+    gateway_deploy: Deployment | None = None  # or one deploy.yml makes for this run
     start_timeout_s: float = 900.0
     client_timeout_s: float = 1800.0
     plots: bool = True
@@ -148,11 +150,28 @@ def run_clients(
     return results
 
 
-def endpoints_of(config: Configuration, settings: Settings) -> list[tuple[str, str]]:
-    if config.kind == "gateway":
-        assert settings.gateway is not None
-        return [settings.gateway]
-    return [(f"http://127.0.0.1:{s.port}", bench.MODEL_MOUNT) for s in config.servers]
+def served_model(url: str) -> str:
+    """The model name an OpenAI-compatible endpoint serves (its first in /v1/models)."""
+    try:
+        data = get_json(f"{url}/v1/models", timeout=10)
+        return data["data"][0]["id"]  # type: ignore[index]
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as err:
+        raise UserError(
+            f"{url}/v1/models: no model list ({err}); give the base URL of a running "
+            "deploy.yml gateway, e.g. http://127.0.0.1:8000"
+        ) from None
+
+
+def gateway_endpoint(settings: Settings, raw: Path, tag: str) -> str:
+    if settings.gateway_url:
+        return settings.gateway_url.rstrip("/")
+    d = settings.gateway_deploy
+    assert d is not None
+    say(f"{tag}: deploying with ansible/deploy.yml (gateway :{d.port}, instances :{d.base_port}+)")
+    start = time.monotonic()
+    bench_gateway.deploy(d, raw / "gateway-deploy.log")
+    say(f"{tag}: deployed and verified in {time.monotonic() - start:.0f} s")
+    return d.url
 
 
 def measure(
@@ -183,7 +202,11 @@ def measure(
                 docker(*argv)
             took = wait_ready([(s.name, s.port) for s in config.servers], settings.start_timeout_s)
             say(f"{tag}: ready in {took:.0f} s")
-        endpoints = endpoints_of(config, settings)
+        if config.kind == "gateway":
+            url = gateway_endpoint(settings, raw, tag)
+            endpoints = [(url, served_model(url))]
+        else:
+            endpoints = [(f"http://127.0.0.1:{s.port}", bench.MODEL_MOUNT) for s in config.servers]
         shares = w.shares(len(endpoints))
         if w.warmup_prompts:
             warm = [replace(s, num_prompts=max(1, s.warmup_prompts)) for s in shares]
@@ -205,6 +228,8 @@ def measure(
         return runs
     finally:
         stop(config.servers, raw)
+        if config.kind == "gateway" and settings.gateway_deploy:
+            bench_gateway.teardown(settings.gateway_deploy, raw)
 
 
 def stop(servers: tuple[bench.Server, ...], raw: Path) -> None:

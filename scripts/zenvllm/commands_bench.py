@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-import urllib.error
 from dataclasses import asdict, replace
 from pathlib import Path
 
 from zenvllm import bench
+from zenvllm.bench_gateway import Deployment
 from zenvllm.errors import UserError
 from zenvllm.host import GIB
 from zenvllm.model import read_model
@@ -46,21 +46,6 @@ def workload_from(args: argparse.Namespace) -> bench.Workload:
     return replace(base, **overrides)
 
 
-def gateway_endpoint(url: str) -> tuple[str, str]:
-    """The gateway's base URL and the model name it serves (from /v1/models)."""
-    from zenvllm.bench_run import get_json
-
-    url = url.rstrip("/")
-    try:
-        data = get_json(f"{url}/v1/models", timeout=10)
-        return url, data["data"][0]["id"]  # type: ignore[index]
-    except (OSError, urllib.error.URLError, ValueError, KeyError, IndexError, TypeError) as err:
-        raise UserError(
-            f"--gateway {url}: no model list at {url}/v1/models ({err}); give the base URL of "
-            "a running deploy.yml gateway, e.g. http://127.0.0.1:8000"
-        ) from None
-
-
 def run(args: argparse.Namespace) -> int:
     from zenvllm import bench_run
 
@@ -89,13 +74,29 @@ def run(args: argparse.Namespace) -> int:
             )
             configs = [c for c in configs if c.target != "zen"]
 
-    gateway = None
+    gateway_url, deployment = None, None
     if any(c.kind == "gateway" for c in configs):
-        if args.gateway:
-            gateway = gateway_endpoint(args.gateway)
-            notes.append(f"gateway: {gateway[0]} serving {gateway[1]}")
+        if args.gateway == "deploy":
+            serve = ["--dtype", "bfloat16"] + (
+                ["--enforce-eager"] if workload.enforce_eager else []
+            )
+            deployment = Deployment(
+                work=args.out.resolve().parent / f".{args.out.name}.gateway",
+                model_dir=model_dir,
+                image=images["vllm-openai"],
+                port=args.base_port + 90,
+                base_port=args.base_port + 91,
+                serve_args=tuple(serve),
+                max_model_len=max_len,
+            )
+            notes.append(
+                f"gateway: deploy.yml's own deployment (planner auto, nginx on :{deployment.port})"
+            )
+        elif args.gateway:
+            gateway_url = args.gateway
+            notes.append(f"gateway: the running deployment at {gateway_url}")
         else:
-            notes.append("gateway: skipped, no --gateway URL (deploy with deploy.yml first)")
+            notes.append("gateway: skipped; pass --gateway deploy or --gateway URL")
             configs = [c for c in configs if c.kind != "gateway"]
 
     for note in notes:
@@ -107,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
         workload=workload,
         max_model_len=max_len,
         out_dir=args.out,
-        gateway=gateway,
+        gateway_url=gateway_url,
+        gateway_deploy=deployment,
         start_timeout_s=args.start_timeout,
         plots=not args.no_plots,
         host_label=(
@@ -158,7 +160,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-model-len", type=positive, help="served context length")
     parser.add_argument("--image", help="vllm-openai image tag (default: what make image builds)")
     parser.add_argument("--zen-image", help="zen image tag (default: make image TARGET=zen)")
-    parser.add_argument("--gateway", help="base URL of a deploy.yml gateway to measure too")
+    parser.add_argument(
+        "--gateway",
+        metavar="deploy|URL",
+        help="measure a gateway too: 'deploy' runs ansible/deploy.yml here for the run "
+        "and takes it down after; a URL measures a running deployment",
+    )
     parser.add_argument("--base-port", type=positive, default=8401, help="first server port")
     parser.add_argument("--out", type=Path, default=Path("out/bench"), help="output directory")
     parser.add_argument("--start-timeout", type=float, default=900, help="seconds to /health")

@@ -1,0 +1,170 @@
+"""`zenvllm bench --quick` end to end: real containers, real `vllm bench serve`, real files.
+
+Asserts structure and consistency only (every configuration present, each
+ratio the quotient of the numbers beside it, CSV = JSON, real PNGs, nothing
+left behind). How fast a layout is depends on the machine's load: that claim
+is checked on the full run's result file, not here.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO, require, require_tool
+from support.engine import ZENVLLM, build, docker, engine_env, engine_ready
+from support.tiny_model import ensure_tiny_model
+
+from zenvllm import bench
+
+pytestmark = pytest.mark.bench
+
+IMAGE = "zenvllm/vllm-openai:0.32.0"
+QUICK_TIMEOUT_S = 1500
+
+
+def engine(*args: str) -> subprocess.CompletedProcess:
+    return docker(*args, check=False)
+
+
+def bench_containers() -> list[str]:
+    return engine("ps", "-a", "--filter", f"label={bench.BENCH_LABEL}", "-q").stdout.split()
+
+
+def leftovers() -> set[Path]:
+    return set(Path("/dev/shm").glob("__KMP_REGISTERED_LIB_*")) | set(
+        Path("/tmp").glob("vllm_dist_*")
+    )
+
+
+def zenvllm_bench(*args: str, timeout: float = QUICK_TIMEOUT_S, **kw):
+    return subprocess.run(
+        [*ZENVLLM, "bench", *args], env=engine_env(), text=True, timeout=timeout, **kw
+    )
+
+
+@pytest.fixture(scope="module")
+def prerequisites():
+    require_tool("docker")
+    require(engine_ready(), "no container engine answers (make engine)")
+    if engine("image", "inspect", IMAGE).returncode != 0:
+        build("vllm-openai", REPO / ".cache" / "bench-build.log")  # a cache hit once built
+    return ensure_tiny_model()
+
+
+@pytest.fixture(scope="module")
+def quick(prerequisites, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "out"
+    before = leftovers()
+    start = time.monotonic()
+    done = zenvllm_bench(
+        "--quick", "--model", str(prerequisites), "--out", str(out), capture_output=True
+    )
+    took = time.monotonic() - start
+    print(f"\nzenvllm bench --quick: exit {done.returncode} in {took:.0f} s\n{done.stdout}")
+    assert done.returncode == 0, f"stdout:\n{done.stdout[-4000:]}\nstderr:\n{done.stderr[-4000:]}"
+    return out, done.stdout, before
+
+
+def test_progress_is_shown_while_it_runs(quick):
+    _, stdout, _ = quick
+    for name in bench.QUICK_CONFIGS:
+        assert f"] {name}: starting" in stdout
+        assert f"] {name}: repeat 1/1:" in stdout
+    assert "warm-up" in stdout
+    assert "| Model | stock |" in stdout  # the table is printed at the end
+
+
+def test_outputs_are_complete_and_consistent(quick):
+    out, _, _ = quick
+    assert bench.check_outputs(out, list(bench.QUICK_CONFIGS)) == []
+
+
+def test_every_configuration_ran_the_same_workload(quick):
+    out, _, _ = quick
+    result = json.loads((out / "results.json").read_text())
+    w = result["meta"]["workload"]
+    assert w == bench.asdict(bench.QUICK)
+    names = {c["name"] for c in result["configurations"]}
+    folded = {n for c in result["configurations"] for n in c["same_as"]}
+    assert set(bench.QUICK_CONFIGS) <= names | folded
+    for run in result["runs"]:
+        assert run["completed"] == w["num_prompts"] and run["failed"] == 0
+        assert run["output_tokens"] == w["num_prompts"] * w["output_len"]
+    # One vLLM result file per client and repeat, warm-up kept apart.
+    raw = out / "raw"
+    for c in result["configurations"]:
+        clients = max(1, len(c["servers"]))
+        assert len(list(raw.glob(f"{c['name']}-r1-client*.json"))) == clients
+        assert len(list(raw.glob(f"{c['name']}-warmup-client*.json"))) == clients
+
+
+def test_ratios_are_the_quotients_of_the_numbers_in_the_same_file(quick):
+    out, _, _ = quick
+    with (out / "summary.csv").open() as f:
+        rows = {r["config"]: r for r in csv.DictReader(f)}
+    stock = float(rows["stock"]["output_tok_s"])
+    for row in rows.values():
+        assert float(row["ratio"]) == pytest.approx(float(row["output_tok_s"]) / stock, abs=5e-4)
+    table = (out / "table.md").read_text()
+    for name, row in rows.items():
+        assert f"{float(row['ratio']):.3f}x" in table, name
+
+
+def test_csv_and_json_agree(quick):
+    out, _, _ = quick
+    result = json.loads((out / "results.json").read_text())
+    with (out / "runs.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == len(result["runs"])
+    for row, run in zip(rows, result["runs"], strict=True):
+        assert row["config"] == run["config"]
+        assert float(row["output_tok_s"]) == run["output_tok_s"]
+        assert float(row["median_ttft_ms"]) == run["median_ttft_ms"]
+
+
+def test_plots_are_png_images(quick):
+    out, _, _ = quick
+    for name in ("throughput.png", "latency.png"):
+        data = (out / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n", name
+        width, height = bench.png_size(out / name)
+        assert width >= 300 and height >= 200
+
+
+def test_nothing_is_left_behind(quick):
+    out, _, before = quick
+    assert bench_containers() == []
+    assert not list(out.parent.glob(".out.tmp-*"))  # the staging dir was renamed into place
+    assert not [p for p in leftovers() - before if p.name.startswith("vllm_dist_")]
+
+
+def test_interrupted_run_cleans_up_and_writes_nothing(prerequisites, tmp_path):
+    """SIGTERM while the first server starts: containers removed, no output directory."""
+    out = tmp_path / "out"
+    argv = [*ZENVLLM, "bench", "--quick", "--configs", "stock"]
+    proc = subprocess.Popen(
+        [*argv, "--model", str(prerequisites), "--out", str(out)],
+        env=engine_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not bench_containers():
+            time.sleep(0.5)
+        assert bench_containers(), "the stock server never started"
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    assert bench_containers() == []
+    assert not out.exists()
+    assert not list(tmp_path.glob(".out.tmp-*"))
