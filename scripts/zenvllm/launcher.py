@@ -12,10 +12,12 @@ Every line it logs starts with "zenvllm-launch:", on stderr.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
 import shutil
+import socket
 import sys
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -252,6 +254,33 @@ def read_manifest(path: Path = MANIFEST) -> dict:
         return {}
 
 
+def port_taken(host: str, port: int) -> bool:
+    """Whether something already listens on host:port.
+
+    vLLM would find out only after loading the model, then die with a traceback;
+    the launcher says it before anything starts.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind((host, port))
+        except OSError as err:
+            return err.errno == errno.EADDRINUSE  # anything else: vLLM reports it
+    return False
+
+
+def check_port(command: list[str]) -> None:
+    serve = ServeArgs(command[2], command[3:])
+    port, bind = serve.option("--port"), serve.option("--host") or "0.0.0.0"
+    if port and port.isdigit() and port_taken(bind, int(port)):
+        raise UserError(
+            f"port {port} on {bind} is already in use (another instance or service listens "
+            f"there): stop it, or give this container a free port with --port N "
+            f"(a deployment: zenvllm_instances_base_port)"
+        )
+
+
 # -- main ----------------------------------------------------------------------
 def prepare(argv: list[str], env: dict[str, str], host: Host, manifest: dict) -> list[str]:
     """Everything but the exec: logs, env updates in place, the argv for vLLM."""
@@ -315,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         host = read_host(Path(env.get("ZENVLLM_ROOT", "/")))
         command = prepare(argv, env, host, read_manifest())
+        check_port(command)
     except UserError as err:
         log(f"error: {err}")
         return 2
