@@ -71,12 +71,22 @@ def timed_build(engine: build.Engine, ctx: Path, tag: str, base: str, log: Path,
 
 
 def measure(engine, name: str, ctx: Path, base: str, logs: Path) -> dict:
-    tag = f"zenvllm-bench/{name}:figures"
+    tag = f"zenvllm-bench/{name.split()[0]}:figures"
     cold = timed_build(engine, ctx, tag, base, logs / f"{name}-cold.log", cold=True)
     warm = timed_build(engine, ctx, tag, base, logs / f"{name}-warm.log", cold=False)
     size = size_bytes(engine, tag)
     subprocess.run([engine.binary, "rmi", tag], capture_output=True, check=False)
     return {"image": name, "size_mb": round(size / 1e6), "cold_s": cold, "warm_s": warm}
+
+
+def merge(path: Path, rows: list[dict]) -> list[dict]:
+    """Rows measured now replace earlier rows of the same image; the others are kept."""
+    try:
+        earlier = json.loads(path.read_text())["rows"]
+    except (OSError, ValueError, KeyError):
+        earlier = []
+    fresh = {r["image"] for r in rows}
+    return [r for r in earlier if r["image"] not in fresh] + rows
 
 
 def markdown(rows: list[dict], meta: dict) -> str:
@@ -93,7 +103,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "out" / "images")
-    parser.add_argument("--targets", nargs="+", default=["vllm-openai", "zen"])
+    parser.add_argument("--targets", nargs="*", default=["vllm-openai", "zen"])
     parser.add_argument("--no-naive", action="store_true")
     args = parser.parse_args(argv)
     wheelhouse = Path(os.environ.get("ZENVLLM_WHEELHOUSE") or "/opt/wheels")
@@ -120,11 +130,14 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(measure(engine, "naive single-stage", ctx, base, args.out))
             print(rows[-1], file=sys.stderr)
     meta = {
+        # Other work on the machine slows builds; the load average says how much.
+        "load_average_1m": round(os.getloadavg()[0], 1),
         "builder": "BuildKit" if engine.buildkit else "legacy builder",
         "cpus": os.cpu_count(),
         "date": time.strftime("%Y-%m-%d"),
         "cold": "--no-cache (BuildKit download cache mounts kept)",
     }
+    rows = merge(args.out / "figures.json", rows)
     (args.out / "figures.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     (args.out / "figures.md").write_text(markdown(rows, meta))
     print(markdown(rows, meta))
