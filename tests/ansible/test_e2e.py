@@ -1,0 +1,180 @@
+"""End to end on this machine's real engine: deploy.yml serves the tiny model
+from the vllm-openai image as two instances (one per core) behind nginx.
+
+systemd is not PID 1 here, so the roles pick the engine's restart policy as
+supervisor (the systemd units are exercised on the flavor renders). The
+machine's sysctls and /dev/shm are left alone; everything else is real:
+apt, the planner on the host, docker, nginx, /health and a completion.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import shutil
+import subprocess
+import time
+import urllib.request
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from conftest import REPO, require
+from support import engine
+from support.ansible_run import changed_tasks, playbook
+from support.tiny_model import ensure_tiny_model
+
+pytestmark = pytest.mark.ansible
+
+IMAGE = "zenvllm/vllm-openai:0.32.0"
+GATEWAY = 18000
+PORTS = (18001, 18002)
+DEPLOYMENT = "zenvllm-e2e"  # its own names: other deployments may share the engine
+NAMES = (f"{DEPLOYMENT}-0", f"{DEPLOYMENT}-1")
+SITE = Path("/etc/nginx/conf.d/zenvllm-e2e.conf")
+SYS_GET_MEMPOLICY = 239  # x86_64
+
+
+def completion(model: str, tokens: int = 8) -> dict:
+    body = json.dumps(
+        {
+            "model": model,
+            "prompt": "Hello",
+            "max_tokens": tokens,
+            "ignore_eos": True,
+            "temperature": 0,
+        }
+    ).encode()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{GATEWAY}/v1/completions", body, {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=120) as reply:
+        return json.loads(reply.read())
+
+
+def inspect(name: str) -> dict:
+    return json.loads(engine.docker("inspect", name).stdout)[0]
+
+
+def started(name: str) -> datetime:
+    return datetime.fromisoformat(inspect(name)["State"]["StartedAt"][:26].rstrip("Z"))
+
+
+def remove_deployment() -> None:
+    engine.docker("rm", "--force", *NAMES, check=False)
+    SITE.unlink(missing_ok=True)
+    if Path("/etc/init.d/nginx").exists():
+        subprocess.run(["/etc/init.d/nginx", "stop"], capture_output=True, check=False)
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory):
+    require(engine.engine_ready(), "no container engine answers on DOCKER_HOST (make engine)")
+    require(
+        ctypes.sizeof(ctypes.c_void_p) == 8 and Path("/usr/bin/apt-get").exists(), "needs Debian"
+    )
+    if engine.docker("image", "inspect", IMAGE, check=False).returncode != 0:
+        engine.build("vllm-openai", tmp_path_factory.mktemp("build") / "build.log")
+    base = tmp_path_factory.mktemp("e2e")
+    planner = base / "planner"  # a snapshot: edits elsewhere must not change the runs
+    shutil.copytree(
+        REPO / "scripts" / "zenvllm", planner, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    variables = {
+        "zenvllm_docker_host": engine.engine_env()["DOCKER_HOST"],
+        "zenvllm_image": IMAGE,
+        "zenvllm_model_dir": str(ensure_tiny_model()),
+        "zenvllm_instances_deployment": DEPLOYMENT,
+        "zenvllm_instances_count": 2,
+        "zenvllm_instances_kv_cache_gib": 1,
+        "zenvllm_instances_max_model_len": 512,
+        "zenvllm_instances_base_port": PORTS[0],
+        "zenvllm_instances_serve_args": ["--dtype=bfloat16", "--enforce-eager"],
+        "zenvllm_instances_config_dir": str(base / "etc"),
+        "zenvllm_instances_lib_dir": str(base / "lib"),
+        "zenvllm_instances_seccomp_profile": str(base / "etc" / "seccomp-numa.json"),
+        "zenvllm_instances_planner_src": str(planner),
+        "zenvllm_gateway_listen": f"0.0.0.0:{GATEWAY}",
+        "zenvllm_gateway_site_path": str(SITE),
+        # Leave the shared machine's kernel settings alone (checked on nspawn hosts).
+        "zenvllm_host_manage_sysctls": False,
+        "zenvllm_host_manage_shm": False,
+    }
+    remove_deployment()
+    yield base, variables
+    remove_deployment()
+
+
+def test_check_mode_on_a_fresh_host_changes_nothing(deployment):
+    base, variables = deployment
+    run = playbook("--check", "--diff", extra_vars=variables)
+    assert run.rc == 0 and run.failed() == 0, run.output[-5000:]
+    assert not (base / "etc").exists() and not (base / "lib").exists()
+    assert not SITE.exists()
+    for name in NAMES:
+        assert engine.docker("inspect", name, check=False).returncode != 0
+
+
+def test_deploy_serves_a_completion_through_the_gateway(deployment):
+    _, variables = deployment
+    start = time.monotonic()
+    run = playbook(extra_vars=variables)
+    print(f"deploy: {time.monotonic() - start:.0f} s, changed={run.changed()}")
+    assert run.rc == 0 and run.failed() == 0, run.output[-5000:]
+    assert "tiny-llama answered through the gateway" in run.output
+    answer = completion("tiny-llama")
+    assert answer["usage"]["completion_tokens"] == 8
+
+
+def test_instances_are_pinned_confined_and_on_loopback(deployment):
+    base, _ = deployment
+    listening = subprocess.run(["ss", "-Hltn"], capture_output=True, text=True, check=True).stdout
+    for port in PORTS:
+        assert f"127.0.0.1:{port} " in listening
+        assert f"0.0.0.0:{port} " not in listening and f"*:{port} " not in listening
+    assert f"0.0.0.0:{GATEWAY} " in listening
+    for cpu, name in enumerate(NAMES):
+        config = inspect(name)
+        host = config["HostConfig"]
+        assert host["CpusetCpus"] == str(cpu) and host["CpusetMems"] == "0"
+        assert [c.removeprefix("CAP_") for c in host["CapAdd"]] == ["SYS_NICE"]
+        assert host["CapDrop"] == ["ALL"]
+        assert host["Privileged"] is False
+        assert host["RestartPolicy"]["Name"] == "unless-stopped"
+        assert host["ShmSize"] > 0 and host["Memory"] > 0
+        assert any(opt.startswith("seccomp=") for opt in host["SecurityOpt"])
+        assert config["Config"]["User"] == "10001:10001"
+        assert config["Config"]["Labels"]["zenvllm.port"] == str(PORTS[cpu])
+        env_file = base / "etc" / f"{name}.env"
+        assert env_file.stat().st_mode & 0o777 == 0o600
+        assert f"VLLM_CPU_OMP_THREADS_BIND={cpu}\n" in env_file.read_text()
+
+
+def test_the_seccomp_profile_permits_numa_memory_policy(deployment):
+    probe = (
+        "import ctypes; libc = ctypes.CDLL(None, use_errno=True); "
+        f"rc = libc.syscall({SYS_GET_MEMPOLICY}, 0, 0, 0, 0, 0); print(rc, ctypes.get_errno())"
+    )
+    out = engine.docker("exec", NAMES[0], "python3", "-c", probe).stdout.split()
+    assert out == ["0", "0"], f"get_mempolicy refused inside the instance: {out}"
+
+
+def test_second_run_changes_nothing_and_check_mode_agrees(deployment):
+    _, variables = deployment
+    run = playbook(extra_vars=variables)
+    assert run.rc == 0 and run.changed() == 0, changed_tasks(run.output)
+    check = playbook("--check", "--diff", extra_vars=variables)
+    assert check.rc == 0 and check.changed() == 0, changed_tasks(check.output)
+
+
+def test_changing_the_model_restarts_instances_one_at_a_time(deployment):
+    _, variables = deployment
+    before = {name: inspect(name)["Id"] for name in NAMES}
+    run = playbook(extra_vars={**variables, "zenvllm_instances_served_model_name": "tiny-v2"})
+    assert run.rc == 0 and run.failed() == 0, run.output[-5000:]
+    after = {name: inspect(name)["Id"] for name in NAMES}
+    assert all(before[n] != after[n] for n in NAMES)
+    # The second instance went down only after the first answered /health again
+    # (a vLLM start takes tens of seconds here).
+    assert (started(NAMES[1]) - started(NAMES[0])).total_seconds() > 10
+    assert completion("tiny-v2")["usage"]["completion_tokens"] == 8
