@@ -7,9 +7,12 @@ over what was probed; running them is the only side effect.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
+import sys
 import tempfile
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,20 +121,70 @@ def build_env(engine: Engine) -> dict[str, str]:
     return env
 
 
+# BuildKit's plain progress: "#11 [build 1/5] RUN ..." heads a step, "#11 ERROR: ..."
+# marks it failed. The legacy builder: "Step 7/25 : RUN ..." then "The command ...
+# returned a non-zero code".
+_BK_STEP = re.compile(r"^#(\d+) (\[[^\]]+\] .*)$")
+_BK_ERROR = re.compile(r"^#(\d+) ERROR: ")
+_LEGACY_STEP = re.compile(r"^(Step \d+/\d+ : .*)$")
+
+
+def failed_step(lines: list[str]) -> tuple[str, list[str]] | None:
+    """The build step that failed and its error lines, from the engine's output."""
+    steps: dict[str, str] = {}
+    for line in lines:
+        head = _BK_STEP.match(line)
+        if head and head.group(1) not in steps:
+            steps[head.group(1)] = head.group(2)
+        error = _BK_ERROR.match(line)
+        if error and error.group(1) in steps:
+            step = error.group(1)
+            said = [
+                re.sub(rf"^#{step} [\d.]+ ", "", x)
+                for x in lines
+                if re.match(rf"^#{step} [\d.]+ .*(ERROR|[Ee]rror)", x)
+            ]
+            return steps[step], said
+    legacy = [m.group(1) for m in map(_LEGACY_STEP.match, lines) if m]
+    if legacy and any("returned a non-zero code" in x for x in lines):
+        return legacy[-1], [x for x in lines if "ERROR" in x or "error:" in x]
+    return None
+
+
+def failure_message(returncode: int, lines: list[str], log: Path | None) -> str:
+    where = f"; log {log}" if log else "; see the output above"
+    found = failed_step(lines)
+    if found is None:
+        tail = "".join(lines[-25:])
+        return f"the image build failed (exit {returncode}){where}:\n{tail}"
+    step, said = found
+    step = re.sub(r"\s+", " ", step)
+    cause = "; ".join(x.strip()[:300] for x in said[-2:]) or "no error line; see the log"
+    return (
+        f"the image build failed at step {step[:300]}: {cause}. Fix that (a pin: "
+        f"--pin NAME=VERSION; the network: --network, --extra-ca-certs) and build again; "
+        f"the steps before it stay in the engine's cache. No image was tagged{where}"
+    )
+
+
 def run_build(argv: list[str], env: dict[str, str], log: Path | None = None) -> None:
-    """Run the build, its output to `log` (or inherited); raise with the tail on failure."""
+    """Run the build, its output to `log` (or the terminal); on failure name the failed step."""
     if log is None:
-        done = subprocess.run(argv, env=env, check=False)
-        if done.returncode != 0:
-            raise UserError(
-                f"the image build failed (exit {done.returncode}); see the output above"
-            )
+        tail: deque[str] = deque(maxlen=2000)
+        with subprocess.Popen(
+            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        ) as proc:
+            for line in proc.stdout:  # type: ignore[union-attr]
+                sys.stderr.write(line)
+                tail.append(line)
+        if proc.returncode != 0:
+            raise UserError(failure_message(proc.returncode, list(tail), None))
         return
     with log.open("w") as out:
         done = subprocess.run(argv, env=env, stdout=out, stderr=subprocess.STDOUT, check=False)
     if done.returncode != 0:
-        tail = "".join(log.read_text().splitlines(keepends=True)[-25:])
-        raise UserError(f"the image build failed (exit {done.returncode}); log {log}:\n{tail}")
+        lines = log.read_text().splitlines(keepends=True)
+        raise UserError(failure_message(done.returncode, lines, log))
 
 
 def build_context(
