@@ -36,6 +36,28 @@ def image_present(tag: str) -> bool:
     return done.returncode == 0
 
 
+def has_compiler(image: str) -> bool:
+    """vLLM's default (torch.compile) mode needs a C++ compiler on the CPU (Inductor)."""
+    done = subprocess.run(
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--network",
+            "host",
+            "--entrypoint",
+            "sh",
+            image,
+            "-c",
+            "command -v g++ || command -v c++",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return done.returncode == 0
+
+
 def workload_from(args: argparse.Namespace) -> bench.Workload:
     base = bench.QUICK if args.quick else bench.FULL
     overrides = {
@@ -74,6 +96,13 @@ def run(args: argparse.Namespace) -> int:
             )
             configs = [c for c in configs if c.target != "zen"]
 
+    eager = not (workload.enforce_eager or args.compile or has_compiler(images["vllm-openai"]))
+    if eager:
+        workload = replace(workload, enforce_eager=True)
+        notes.append(
+            f"{images['vllm-openai']} has no C++ compiler, which torch.compile needs on the "
+            "CPU: every configuration (stock included) runs with --enforce-eager"
+        )
     gateway_url, deployment = None, None
     if any(c.kind == "gateway" for c in configs):
         if args.gateway == "deploy":
@@ -157,6 +186,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--output-len", type=positive, help="tokens generated per request")
     parser.add_argument("--num-prompts", type=positive, help="requests per repeat, all clients")
     parser.add_argument("--concurrency", type=positive, help="requests in flight, all clients")
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="never fall back to --enforce-eager (the image has a C++ compiler)",
+    )
     parser.add_argument("--max-model-len", type=positive, help="served context length")
     parser.add_argument("--image", help="vllm-openai image tag (default: what make image builds)")
     parser.add_argument("--zen-image", help="zen image tag (default: make image TARGET=zen)")
