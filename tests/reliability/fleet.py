@@ -96,6 +96,8 @@ class Fleet:
             "zenvllm_instances_config_dir": str(self.config_dir),
             "zenvllm_instances_lib_dir": str(self.root / "lib"),
             "zenvllm_instances_seccomp_profile": str(self.config_dir / "seccomp-numa.json"),
+            # A snapshot: an edit in the checkout must not change a rollout's plan.
+            "zenvllm_instances_planner_src": str(self.root / "planner"),
             "zenvllm_instances_health_timeout": 600,
             "zenvllm_instances_health_delay": 2,
             "zenvllm_gateway_listen": f"127.0.0.1:{self.gateway_port}",
@@ -110,6 +112,12 @@ class Fleet:
     ) -> subprocess.CompletedProcess:
         """Run deploy.yml with these variables; output captured (stdout and stderr together)."""
         self.root.mkdir(parents=True, exist_ok=True)
+        if not (self.root / "planner").exists():
+            shutil.copytree(
+                REPO / "scripts" / "zenvllm",
+                self.root / "planner",
+                ignore=shutil.ignore_patterns("__pycache__"),
+            )
         vars_file = self.root / "vars.json"
         fd = os.open(vars_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as out:

@@ -8,8 +8,10 @@ behind (no output on stdout, no partial files, no started containers).
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -188,3 +190,54 @@ def test_numa_syscalls_not_permitted_in_the_container():
     assert line.startswith("fail"), line
     assert "get_mempolicy: Operation not permitted" in line
     assert "--cap-add SYS_NICE --security-opt seccomp=" in line  # the fix
+
+
+def test_port_already_in_use(tmp_path):
+    image_present()
+    from support.tiny_model import ensure_tiny_model
+
+    model = ensure_tiny_model()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        start = time.monotonic()
+        done = docker(
+            "run", "--rm", "--network", "host", "--user", "10001:10001", "--shm-size", "1g",
+            "--volume", f"{model}:/model:ro", IMAGE,
+            "--model", "/model", "--host", "127.0.0.1", "--port", str(port), check=False,
+        )  # fmt: skip
+        seconds = time.monotonic() - start
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert f"port {port} on 127.0.0.1 is already in use" in done.stderr, done.stderr[-3000:]
+    assert "--port N" in done.stderr  # the fix
+    assert "exec vllm" not in done.stderr  # refused before vLLM started
+    assert seconds < 60, seconds  # not after loading a model
+
+
+def test_build_failing_half_way(tmp_path):
+    engine_up()
+    tag = "zenvllm/reliability-broken:test"
+    docker("rmi", tag, check=False)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    extra_ca = os.environ.get("ZENVLLM_EXTRA_CA_CERTS", "/usr/local/share/ca-certificates")
+    ca = ["--extra-ca-certs", extra_ca] if Path(extra_ca).exists() else []
+    # uv 0.13.99 passes the matrix (>=0.13.0,<0.14) but PyPI has no such release:
+    # the build gets past its first stage and fails installing it.
+    done = zenvllm(
+        "build", "--target", "vllm-openai", "--pin", "uv=0.13.99", "--tag", tag, *ca,
+        "--log", str(tmp_path / "build.log"),
+        env={"TMPDIR": str(tmp), "DOCKER_HOST": DOCKER_HOST},
+    )  # fmt: skip
+    refused(
+        done,
+        "the image build failed at step [build 1/",  # the step
+        "RUN python3 -m venv /opt/uv",
+        "No matching distribution found for uv==0.13.99",  # the value
+        "--pin NAME=VERSION",  # the fix
+        "No image was tagged",
+    )
+    assert "[os " in (tmp_path / "build.log").read_text()  # it did get half-way
+    assert docker("image", "inspect", tag, check=False).returncode != 0
+    assert leftovers(tmp) == []  # the rendered context went with the failure
