@@ -71,7 +71,11 @@ test-image: venv engine base-image
 test-serve: venv engine base-image tiny-model
 	$(PYTEST) -q tests/serve
 
+# The nspawn hosts need systemd-nspawn and debootstrap (Debian packages).
 test-ansible: venv engine
+	@command -v systemd-nspawn >/dev/null && command -v debootstrap >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    --no-install-recommends systemd-container debootstrap >/dev/null; }
 	$(PYTEST) -q tests/ansible
 
 # The full sweep (10-15 min on 2 cores): stock vLLM against every layout the planner

@@ -1,0 +1,258 @@
+"""Real test hosts with systemd as PID 1: systemd-nspawn machines on a private bridge.
+
+    rootfs = ensure_rootfs()                    # debootstrap, cached in $ZENVLLM_CACHE
+    with fleet(["nspawn-a", "nspawn-b"], workdir) as hosts:
+        ... ssh root@host.address with hosts[0].key ...
+
+One cached Debian rootfs (openssh-server, python3, systemd, dbus, iproute2)
+serves as the read-only lower layer of one overlay per host. The hosts have no
+network beyond the bridge, so the rootfs carries a flat apt repository with
+exactly the packages the roles install (downloaded once, with their
+dependency closure), and apt inside the hosts points only at it.
+
+The container engine runs inside these hosts, with three concessions that a
+VM would not need (measured on this kind of machine, cgroup v1 hybrid host):
+- SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1: with the host's v1 controllers mounted
+  read-only inside nspawn, runc cannot create a cgroup; a private cgroup2
+  tree lets it. That tree has no cpuset or memory controller, so dockerd in
+  these hosts *discards* --cpuset-cpus/--cpuset-mems/--memory (with a
+  warning). Those limits are checked on the real engine (tests/ansible/test_e2e.py).
+- --system-call-filter=add_key keyctl request_key bpf: nspawn's own filter
+  refuses the session keyring and the device-cgroup BPF program runc needs.
+- --capability=all: dockerd needs the capabilities nspawn drops by default.
+/var/lib/docker is bind-mounted from a plain directory: overlay2 cannot stack
+on the host's overlay root.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+MIRROR = "http://deb.debian.org/debian"
+SUITE = "bookworm"
+BASE_PACKAGES = ("openssh-server", "python3", "systemd", "systemd-sysv", "dbus", "iproute2")
+# What the roles install, served by the local apt repository inside the rootfs.
+REPO_PACKAGES = ("docker.io", "containerd", "runc", "numactl", "curl", "nginx", "python3-apt")
+RECIPE = 1  # bump when the rootfs recipe changes
+BRIDGE = "zvnsbr0"
+SUBNET = "10.231.7"  # private, only these hosts use it
+NSPAWN_FLAGS = (
+    "--register=no",
+    "--keep-unit",
+    "--console=passive",
+    "--capability=all",
+    "--system-call-filter=add_key keyctl request_key bpf",
+)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("ZENVLLM_CACHE", "/var/cache/zenvllm")) / "nspawn"
+
+
+def rootfs_key() -> str:
+    text = repr((RECIPE, SUITE, BASE_PACKAGES, REPO_PACKAGES))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def run(*argv: str, timeout: float = 900, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        argv, check=True, capture_output=True, text=True, timeout=timeout, **kwargs
+    )
+
+
+def packages_index(repo: Path) -> str:
+    """A flat repository's Packages file, with dpkg-deb only (no dpkg-dev needed)."""
+    stanzas = []
+    for deb in sorted(repo.glob("*.deb")):
+        control = run("dpkg-deb", "--field", str(deb)).stdout.strip()
+        sha = hashlib.sha256(deb.read_bytes()).hexdigest()
+        stanzas.append(
+            f"{control}\nFilename: ./{deb.name}\nSize: {deb.stat().st_size}\nSHA256: {sha}\n"
+        )
+    return "\n".join(stanzas)
+
+
+def build_rootfs(dest: Path) -> None:
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    run(
+        "debootstrap",
+        "--variant=minbase",
+        "--include=" + ",".join(BASE_PACKAGES),
+        SUITE,
+        str(tmp),
+        MIRROR,
+    )
+    # The dependency closure of what the roles install, relative to this rootfs.
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    run("chroot", str(tmp), "apt-get", "update", "-qq", env=env)
+    run(
+        "chroot",
+        str(tmp),
+        "apt-get",
+        "install",
+        "-y",
+        "-qq",
+        "--download-only",
+        "--no-install-recommends",
+        *REPO_PACKAGES,
+        env=env,
+    )
+    repo = tmp / "srv" / "localrepo"
+    repo.mkdir(parents=True)
+    for deb in (tmp / "var/cache/apt/archives").glob("*.deb"):
+        shutil.move(str(deb), repo / deb.name)
+    (repo / "Packages").write_text(packages_index(repo))
+    (tmp / "etc/apt/sources.list").write_text("deb [trusted=yes] file:/srv/localrepo ./\n")
+    for lists in (tmp / "var/lib/apt/lists").glob("*_*"):
+        lists.unlink()
+    # Boot quickly and quietly: no getty on the console, networkd for the bridge address.
+    run("chroot", str(tmp), "systemctl", "enable", "systemd-networkd", "ssh")
+    run(
+        "chroot",
+        str(tmp),
+        "systemctl",
+        "mask",
+        "console-getty.service",
+        "systemd-networkd-wait-online.service",
+    )
+    tmp.rename(dest)
+
+
+def ensure_rootfs() -> Path:
+    """The cached rootfs (built in about 2 minutes on first use)."""
+    dest = cache_dir() / f"rootfs-{SUITE}-{rootfs_key()}"
+    if not dest.is_dir():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        build_rootfs(dest)
+    return dest
+
+
+@dataclass(frozen=True)
+class Machine:
+    name: str
+    address: str
+    root: Path
+    key: Path
+    pid: int
+
+
+def wait_ssh(address: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with (
+            contextlib.suppress(OSError),
+            socket.create_connection((address, 22), timeout=2) as conn,
+        ):
+            if conn.recv(4).startswith(b"SSH"):
+                return
+        time.sleep(0.5)
+    raise TimeoutError(f"{address}: no ssh after {timeout} s")
+
+
+def prepare_overlay(name: str, address: str, lower: Path, work: Path, pubkey: str) -> Path:
+    upper, ovl_work, root = work / name / "upper", work / name / "work", work / name / "root"
+    for d in (upper, ovl_work, root, work / name / "docker"):
+        d.mkdir(parents=True, exist_ok=True)
+    run(
+        "mount",
+        "-t",
+        "overlay",
+        "overlay",
+        "-o",
+        f"lowerdir={lower},upperdir={upper},workdir={ovl_work}",
+        str(root),
+    )
+    (root / "etc/hostname").write_text(name + "\n")
+    network = root / "etc/systemd/network/10-host0.network"
+    network.parent.mkdir(parents=True, exist_ok=True)
+    network.write_text(f"[Match]\nName=host0\n\n[Network]\nAddress={address}/24\n")
+    ssh = root / "root/.ssh"
+    ssh.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (ssh / "authorized_keys").write_text(pubkey)
+    (ssh / "authorized_keys").chmod(0o600)
+    return root
+
+
+def boot(name: str, root: Path, docker_dir: Path, log: Path) -> int:
+    env = {**os.environ, "SYSTEMD_NSPAWN_UNIFIED_HIERARCHY": "1"}
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [
+                "systemd-nspawn",
+                "-D",
+                str(root),
+                "-M",
+                name,
+                *NSPAWN_FLAGS,
+                f"--network-bridge={BRIDGE}",
+                f"--bind={docker_dir}:/var/lib/docker",
+                "--boot",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+    return proc.pid
+
+
+def bridge_up() -> None:
+    subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)
+    run("ip", "link", "add", BRIDGE, "type", "bridge")
+    run("ip", "addr", "add", f"{SUBNET}.1/24", "dev", BRIDGE)
+    run("ip", "link", "set", BRIDGE, "up")
+
+
+def stop(machine: Machine) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(machine.pid, signal.SIGTERM)  # nspawn asks the machine's systemd to power off
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(machine.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.3)
+    else:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(machine.pid, signal.SIGKILL)
+    subprocess.run(["umount", "--lazy", str(machine.root)], capture_output=True, check=False)
+
+
+@contextlib.contextmanager
+def fleet(names: list[str], work: Path) -> Iterator[list[Machine]]:
+    """Boot one machine per name on a private bridge; tear everything down after."""
+    lower = ensure_rootfs()
+    key = work / "id_ed25519"
+    if not key.exists():
+        run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key))
+    pubkey = key.with_suffix(".pub").read_text()
+    machines: list[Machine] = []
+    bridge_up()
+    try:
+        for index, name in enumerate(names):
+            address = f"{SUBNET}.{11 + index}"
+            root = prepare_overlay(name, address, lower, work, pubkey)
+            pid = boot(name, root, work / name / "docker", work / f"{name}.log")
+            machines.append(Machine(name, address, root, key, pid))
+        for machine in machines:
+            wait_ssh(machine.address)
+        yield machines
+    finally:
+        for machine in machines:
+            stop(machine)
+        subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)
+        for name in names:
+            shutil.rmtree(work / name, ignore_errors=True)
