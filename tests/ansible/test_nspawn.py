@@ -1,0 +1,205 @@
+"""deploy.yml against two real systemd hosts (systemd-nspawn, systemd as PID 1)
+reached over ssh on a private bridge: check mode, deploy, idempotence, then
+testinfra on what the hosts ended up with.
+
+The hosts run the real roles end to end: apt (from a local repository inside
+the rootfs: the hosts have no network), the engine from Debian's docker.io,
+the image delivered as a `docker save` archive, the planner on each host,
+systemd units running the containers, nginx. The workload is a stand-in
+server (tests/support/standin) rather than vLLM, and the engine in nspawn
+discards cpuset and memory limits (see tests/support/nspawn.py); real vLLM
+with enforced limits behind the same roles is tests/ansible/test_e2e.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+from conftest import REPO, require, require_tool
+from support import engine
+from support.ansible_run import ANSIBLE_DIR, changed_tasks, env, playbook
+from support.tiny_model import ensure_tiny_model
+
+pytestmark = pytest.mark.ansible
+
+NAMES = ["nspawn-a", "nspawn-b"]
+STANDIN = "zenvllm/standin:test"
+STANDIN_DIR = REPO / "tests" / "support" / "standin"
+SECRET = "nspawn-api-key-3f9a"
+SSH_ARGS = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"
+SYSCTLS = {"net.core.somaxconn": 4096, "net.ipv4.tcp_max_syn_backlog": 2048}
+
+
+def standin_archive(work) -> str:
+    """The stand-in image as a `docker save` archive (the image role's archive source)."""
+    if engine.docker("image", "inspect", STANDIN, check=False).returncode != 0:
+        if (
+            engine.docker("image", "inspect", "zenvllm/debian:bookworm", check=False).returncode
+            != 0
+        ):
+            subprocess.run(
+                [sys.executable, "-m", "zenvllm.baseimage"], env=engine.engine_env(), check=True
+            )
+        engine.docker("build", "--network", "host", "-t", STANDIN, str(STANDIN_DIR), timeout=600)
+    archive = work / "standin.tar"
+    engine.docker("save", "-o", str(archive), STANDIN, timeout=300)
+    return str(archive)
+
+
+@pytest.fixture(scope="module")
+def hosts(tmp_path_factory):
+    require(os.geteuid() == 0, "nspawn hosts need root")
+    require_tool("systemd-nspawn")
+    require_tool("debootstrap")
+    require(engine.engine_ready(), "no container engine answers on DOCKER_HOST (make engine)")
+    from support.nspawn import fleet
+
+    work = tmp_path_factory.mktemp("nspawn")
+    archive = standin_archive(work)
+    planner = work / "planner"
+    shutil.copytree(
+        REPO / "scripts" / "zenvllm", planner, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    with fleet(NAMES, work) as machines:
+        inventory = work / "inventory.yml"
+        inventory.write_text(
+            yaml.safe_dump(
+                {
+                    "zenvllm": {
+                        "hosts": {m.name: {"ansible_host": m.address} for m in machines},
+                        "vars": {
+                            "ansible_user": "root",
+                            "ansible_ssh_private_key_file": str(machines[0].key),
+                            "ansible_ssh_common_args": SSH_ARGS,
+                        },
+                    }
+                }
+            )
+        )
+        variables = {
+            "zenvllm_image": STANDIN,
+            "zenvllm_image_source": "archive",
+            "zenvllm_image_archive": archive,
+            "zenvllm_model_dir": "/srv/models/tiny-llama",
+            # The model travels from the controller (the role's model_src path).
+            "zenvllm_instances_model_src": str(ensure_tiny_model()),
+            "zenvllm_instances_kv_cache_gib": 1,
+            "zenvllm_instances_planner_src": str(planner),
+            "zenvllm_api_key": SECRET,
+            # Inside nspawn only net.* sysctls are writable (the rest of /proc/sys is read-only).
+            "zenvllm_host_sysctls": SYSCTLS,
+            "zenvllm_host_shm_size": "256m",
+            "zenvllm_verify_completion": False,
+            "zenvllm_verify_health_timeout": 240,
+            "zenvllm_instances_health_timeout": 240,
+        }
+        yield machines, inventory, variables
+
+
+def deploy(inventory, variables, *args):
+    return playbook("-i", str(inventory), *args, extra_vars=variables)
+
+
+def infra(inventory, name):
+    import testinfra
+
+    os.environ.update({k: v for k, v in env().items() if k.startswith("ANSIBLE_") or k == "PATH"})
+    return testinfra.get_host(f"ansible://{name}?ansible_inventory={inventory}")
+
+
+def test_check_mode_on_fresh_hosts_changes_nothing(hosts):
+    _, inventory, variables = hosts
+    run = deploy(inventory, variables, "--check", "--diff")
+    assert run.rc == 0 and run.failed() == 0, run.output[-5000:]
+    for name in NAMES:
+        host = infra(inventory, name)
+        assert not host.package("docker.io").is_installed
+        assert not host.file("/etc/zenvllm").exists
+        assert not host.file("/etc/systemd/system/zenvllm-0.service").exists
+        assert not host.file("/opt/zenvllm").exists
+
+
+def test_deploy_then_second_run_changes_nothing(hosts):
+    _, inventory, variables = hosts
+    run = deploy(inventory, variables)
+    assert run.rc == 0 and run.failed() == 0, run.output[-6000:]
+    assert SECRET not in run.output
+    again = deploy(inventory, variables)
+    assert again.rc == 0 and again.changed() == 0, changed_tasks(again.output)
+    check = deploy(inventory, variables, "--check", "--diff")
+    assert check.rc == 0 and check.changed() == 0, changed_tasks(check.output)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_hosts_run_what_the_plan_says(hosts, name):
+    _, inventory, _ = hosts
+    host = infra(inventory, name)
+    plan = json.loads(
+        host.check_output(
+            "PYTHONPATH=/opt/zenvllm/lib python3 -m zenvllm plan --json "
+            "--model /srv/models/tiny-llama --kv-cache-gib 1"
+        )
+    )
+    assert plan["instances"]
+    for instance in plan["instances"]:
+        unit = f"{instance['name']}.service"
+        assert host.service(unit).is_enabled and host.service(unit).is_running
+        env_file = host.file(f"/etc/zenvllm/{instance['name']}.env")
+        assert env_file.mode == 0o600 and env_file.user == "root"
+        text = env_file.content_string
+        for key, value in instance["env"].items():
+            assert f"{key}={value}\n" in text
+        assert f"VLLM_API_KEY={SECRET}\n" in text
+        # What the running container actually received through --env-file.
+        seen = json.loads(
+            host.check_output(f"curl -sf http://127.0.0.1:{instance['port']}/standin/env")
+        )
+        assert seen["env"]["VLLM_CPU_OMP_THREADS_BIND"] == instance["omp_threads_bind"]
+        assert seen["env"]["VLLM_CPU_KVCACHE_SPACE"] == str(instance["kv_cache_gib"])
+        assert seen["uid"] == 10001
+        unit_text = host.file(f"/etc/systemd/system/{unit}").content_string
+        assert "--cap-add=SYS_NICE" in unit_text and "privileged" not in unit_text
+        assert "--security-opt=seccomp=/etc/zenvllm/seccomp-numa.json" in unit_text
+    for key, value in SYSCTLS.items():
+        assert host.sysctl(key) == value
+    profile = host.file("/etc/zenvllm/seccomp-numa.json")
+    assert profile.mode == 0o644 and "get_mempolicy" in profile.content_string
+    assert (
+        ANSIBLE_DIR / "roles/zenvllm_instances/files/seccomp-numa.json"
+    ).read_text() == profile.content_string
+    assert "size=262144k" in host.mount_point("/dev/shm").options or "size=256m" in str(
+        host.mount_point("/dev/shm").options
+    )
+    assert host.service("docker").is_running and host.service("nginx").is_running
+    assert (
+        host.check_output("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/health")
+        == "401"
+    )
+    assert (
+        host.check_output(
+            f"curl -s -o /dev/null -w '%{{http_code}}' -H 'Authorization: Bearer {SECRET}' "
+            "http://127.0.0.1:8000/health"
+        )
+        == "200"
+    )
+    listening = host.check_output("ss -Hltn")
+    for instance in plan["instances"]:
+        assert f"127.0.0.1:{instance['port']} " in listening
+    assert "0.0.0.0:8000 " in listening
+
+
+def test_a_crashed_instance_comes_back_under_systemd(hosts):
+    _, inventory, _ = hosts
+    host = infra(inventory, NAMES[0])
+    before = host.check_output("systemctl show -p MainPID --value zenvllm-0.service")
+    host.run("docker kill zenvllm-0")
+    host.run("for i in $(seq 60); do curl -sf http://127.0.0.1:8001/health && break; sleep 1; done")
+    assert host.service("zenvllm-0.service").is_running
+    assert host.check_output("systemctl show -p MainPID --value zenvllm-0.service") != before
+    assert host.run("curl -sf http://127.0.0.1:8001/health").rc == 0
