@@ -89,6 +89,8 @@ def test_runtime_preloads_are_checked_at_build_time_before_ld_preload_is_set():
     assert "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4" in runtime[:check]
     assert "/opt/venv/lib/libiomp5.so" in runtime[:check]
     assert check < runtime.index("LD_PRELOAD=")
+    # VLLM_TARGET_DEVICE would force the builtin CPU platform over pace-vllm's plugin.
+    assert "VLLM_TARGET_DEVICE=" not in dockerfile.split("AS runtime\n", 1)[1]
 
 
 def test_the_build_drops_cuda_era_packages_and_fixes_vllm_metadata():
