@@ -210,3 +210,27 @@ def test_an_impossible_plan_fails_with_the_planners_numbers(tmp_path):
     assert run.rc != 0
     assert "The zenvllm planner refused" in run.output and "GiB" in run.output
     assert not list((tmp_path / "units").iterdir())
+
+
+def test_a_smaller_plan_prunes_the_files_of_dropped_instances(rendered):
+    base, _ = rendered
+    dest = base / "zen4-2cpu"
+    assert (dest / "etc" / "zenvllm-1.env").exists()
+    run = playbook(
+        "-i",
+        str(base / "inventory.yml"),
+        "--limit",
+        "zen4-2cpu",
+        "--tags",
+        "instances",
+        extra_vars={
+            "zenvllm_model_dir": "/srv/models/llm",
+            "zenvllm_instances_render_only": True,
+            "zenvllm_instances_supervisor": "systemd",
+            "zenvllm_instances_planner_src": str(base / "planner"),
+            "zenvllm_instances_count": 1,
+        },
+    )
+    assert run.rc == 0 and run.failed() == 0, run.output[-4000:]
+    assert sorted(p.name for p in (dest / "units").iterdir()) == ["zenvllm-0.service"]
+    assert sorted(p.name for p in (dest / "etc").glob("*.env")) == ["zenvllm-0.env"]
