@@ -219,3 +219,17 @@ def test_cli_render_over_an_existing_context_replaces_it_whole(tmp_path):
     assert done.returncode == 0, done.stderr
     assert not (out / "stale.txt").exists() and (out / "Dockerfile").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["ctx"]
+
+
+def test_build_configuration_passes_yamllint():
+    yamllint = Path(sys.executable).parent / "yamllint"
+    if not yamllint.exists():
+        yamllint = Path(require_tool("yamllint"))
+    files = sorted(str(p) for p in (REPO / "dockerfiles").glob("*.yaml"))
+    done = subprocess.run(
+        [str(yamllint), "--strict", "-c", str(REPO / "ansible" / ".yamllint"), *files],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
