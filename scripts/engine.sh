@@ -3,7 +3,9 @@
 #
 # Debian's docker.io daemon is started with --bridge=none and no iptables or
 # masquerading rules, so the machine's network is left alone: builds and
-# containers use --network host (zenvllm passes it everywhere).
+# containers use --network host (zenvllm passes it everywhere). Containers get a
+# 1 GiB /dev/shm by default: vLLM 0.32's message queues need ~400 MiB and Docker's
+# 64 MiB default makes a bare `docker run IMAGE --model DIR` fail.
 set -euo pipefail
 
 : "${DOCKER_HOST:=unix:///run/zenvllm/docker.sock}"
@@ -26,7 +28,7 @@ fi
 
 mkdir -p "$state" "$run/exec"
 echo "engine: starting dockerd on $DOCKER_HOST (data in $state)" >&2
-nohup dockerd --iptables=false --ip-masq=false --bridge=none \
+nohup dockerd --iptables=false --ip-masq=false --bridge=none --default-shm-size=1g \
     --data-root "$state" --exec-root "$run/exec" \
     -H "unix://$sock" --pidfile "$run/dockerd.pid" \
     >"$run/dockerd.log" 2>&1 &
