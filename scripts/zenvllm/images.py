@@ -19,6 +19,7 @@ import yaml
 
 from zenvllm import matrix
 from zenvllm.errors import ConfigError, UserError
+from zenvllm.targets import TARGETS
 
 DOCKERFILES = Path(__file__).resolve().parent.parent.parent / "dockerfiles"
 PACKAGE = Path(__file__).resolve().parent
@@ -222,7 +223,8 @@ def template_vars(config: dict, resolved: Resolved, request: Request, has_certs:
         "source_requirements": vllm_row.get("source_requirements", []),
         "base_requirements": [requirement(resolved, n) for n in ("vllm", "torch")],
         "target_requirements": [requirement(resolved, p) for p in resolved.spec["packages"]],
-        "env": resolved.spec.get("env") or {},
+        # Tuning env comes from the planner's own table: one source for image and plan.
+        "env": TARGETS[resolved.target].env,
         "labels": labels(config, resolved),
         "has_certs": has_certs,
     }
