@@ -175,7 +175,7 @@ CATALOGUE = (
     Spec("gateway", "gateway", "deploy.yml's nginx gateway over the planned instances"),
 )
 SPECS = {s.name: s for s in CATALOGUE}
-QUICK_CONFIGS = (STOCK, "single", PLANNER)
+QUICK_CONFIGS = (STOCK, PLANNER, "gateway")
 
 
 @dataclass(frozen=True)
@@ -247,7 +247,7 @@ def parse_configs(text: str | None, quick: bool) -> list[str]:
 def stock_server(port: int) -> Server:
     env = {"VLLM_CPU_KVCACHE_SPACE": str(STOCK_KV_GIB), "VLLM_CPU_OMP_THREADS_BIND": "auto"}
     return Server(
-        name="zenvllm-bench-stock",
+        name=f"zenvllm-bench-stock-{port}",  # the port keeps concurrent runs apart
         port=port,
         cpus="all",
         omp_bind="auto",
@@ -261,7 +261,7 @@ def stock_server(port: int) -> Server:
 def servers_of(plan: Plan, prefix: str) -> tuple[Server, ...]:
     return tuple(
         Server(
-            name=f"{prefix}-{i.name}",
+            name=f"{prefix}-{i.port}",
             port=i.port,
             cpus=format_cpu_list(i.cpus),
             omp_bind=i.omp_threads_bind,

@@ -3,10 +3,10 @@ nginx gateway, then taken down again.
 
 The deployment is the product's own: the planner's auto layout, the instances
 role's containers and the gateway role's nginx site, with this run's model,
-image and `vllm serve` arguments. Everything it writes goes under one work
-directory, except the nginx site, which gets a name of its own. deploy.yml
-prunes every zenvllm-managed container its plan does not name, so it is only
-run when no other deployment's containers exist on this engine.
+image and `vllm serve` arguments, under a deployment name of its own (deploy.yml
+names, labels and prunes containers per deployment, so another deployment on
+the same engine is left alone). Everything it writes goes under one work
+directory, except the nginx site, which gets a name of its own too.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 from zenvllm.errors import UserError
 
 ANSIBLE_DIR = Path(__file__).resolve().parents[2] / "ansible"
-MANAGED = "label=zenvllm.managed=true"
+DEPLOYMENT_PREFIX = "zenvllm-bench-gw"
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,11 @@ class Deployment:
         return f"http://127.0.0.1:{self.port}"
 
     @property
+    def name(self) -> str:
+        """deploy.yml's deployment name: one per gateway port, so runs on other ports coexist."""
+        return f"{DEPLOYMENT_PREFIX}{self.port}"
+
+    @property
     def site(self) -> Path:
         return Path(f"/etc/nginx/conf.d/zenvllm-bench-{self.port}.conf")
 
@@ -53,6 +58,7 @@ class Deployment:
             "zenvllm_host_manage_sysctls": False,
             "zenvllm_host_manage_shm": False,
             "zenvllm_host_engine_install": False,
+            "zenvllm_instances_deployment": self.name,
             "zenvllm_instances_count": "auto",
             "zenvllm_instances_base_port": self.base_port,
             "zenvllm_instances_max_model_len": self.max_model_len,
@@ -85,12 +91,6 @@ def playbook_command() -> str:
 
 def deploy(d: Deployment, log: Path, timeout_s: float = 1800) -> None:
     """Run deploy.yml; raise RuntimeError with its tail when it fails."""
-    others = docker_lines("ps", "--all", "--filter", MANAGED, "--format", "{{.Names}}")
-    if others:
-        raise RuntimeError(
-            f"another zenvllm deployment runs on this engine ({', '.join(others)}); deploy.yml "
-            "would replace it. Measure it with --gateway URL, or remove it first"
-        )
     d.work.mkdir(parents=True, exist_ok=True)
     vars_file = d.work / "vars.json"
     fd = os.open(vars_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -109,9 +109,14 @@ def deploy(d: Deployment, log: Path, timeout_s: float = 1800) -> None:
     with log.open("w") as out:
         try:
             done = subprocess.run(
-                argv, cwd=ANSIBLE_DIR, env=env, stdout=out, stderr=subprocess.STDOUT,
-                timeout=timeout_s, check=False,
-            )  # fmt: skip
+                argv,
+                cwd=ANSIBLE_DIR,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                timeout=timeout_s,
+                check=False,
+            )
         except subprocess.TimeoutExpired:
             raise RuntimeError(f"deploy.yml ran over {timeout_s:.0f} s; see {log}") from None
     if done.returncode != 0:
@@ -120,14 +125,8 @@ def deploy(d: Deployment, log: Path, timeout_s: float = 1800) -> None:
 
 
 def containers(d: Deployment) -> list[str]:
-    names: list[str] = []
-    for port in range(d.base_port, d.base_port + 256):
-        found = docker_lines("ps", "--all", "--filter", f"label=zenvllm.port={port}",
-                             "--format", "{{.Names}}")  # fmt: skip
-        if not found:
-            break
-        names += found
-    return names
+    label = f"label=zenvllm.deployment={d.name}"
+    return docker_lines("ps", "--all", "--filter", label, "--format", "{{.Names}}")
 
 
 def teardown(d: Deployment, logs: Path | None = None) -> None:

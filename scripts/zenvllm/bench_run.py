@@ -299,6 +299,7 @@ def run_bench(
 ) -> tuple[dict, int]:
     """Measure every configuration; write the outputs; return (result, exit status)."""
     run_id = uuid.uuid4().hex[:8]
+    settings.out_dir = settings.out_dir.resolve()  # docker -v needs an absolute path
     settings.out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(
         tempfile.mkdtemp(prefix=f".{settings.out_dir.name}.tmp-", dir=settings.out_dir.parent)

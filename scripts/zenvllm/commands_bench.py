@@ -136,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
         images=images,
         workload=workload,
         max_model_len=max_len,
-        out_dir=args.out,
+        out_dir=args.out.resolve(),  # docker -v needs an absolute path
         gateway_url=gateway_url,
         gateway_deploy=deployment,
         start_timeout_s=args.start_timeout,

@@ -12,6 +12,7 @@ import csv
 import json
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -20,20 +21,27 @@ from conftest import REPO, require, require_tool
 from support.engine import ZENVLLM, build, docker, engine_env, engine_ready
 from support.tiny_model import ensure_tiny_model
 
-from zenvllm import bench
+from zenvllm import bench, bench_gateway
 
 pytestmark = pytest.mark.bench
 
 IMAGE = "zenvllm/vllm-openai:0.32.0"
 QUICK_TIMEOUT_S = 1500
+# Ports of its own, so a `make bench` running on the defaults (8401+) is left alone.
+BASE_PORT = 8601
 
 
 def engine(*args: str) -> subprocess.CompletedProcess:
     return docker(*args, check=False)
 
 
-def bench_containers() -> list[str]:
-    return engine("ps", "-a", "--filter", f"label={bench.BENCH_LABEL}", "-q").stdout.split()
+def bench_containers(run_id: str = "") -> list[str]:
+    label = f"label={bench.BENCH_LABEL}" + (f"={run_id}" if run_id else "")
+    return engine("ps", "-a", "--filter", label, "-q").stdout.split()
+
+
+def named(name: str) -> list[str]:
+    return engine("ps", "-a", "--filter", f"name={name}", "-q").stdout.split()
 
 
 def leftovers() -> set[Path]:
@@ -51,6 +59,8 @@ def zenvllm_bench(*args: str, timeout: float = QUICK_TIMEOUT_S, **kw):
 @pytest.fixture(scope="module")
 def prerequisites():
     require_tool("docker")
+    playbook = Path(sys.executable).parent / "ansible-playbook"
+    require(playbook.exists(), f"{playbook} missing (make venv): the gateway runs deploy.yml")
     require(engine_ready(), "no container engine answers (make engine)")
     if engine("image", "inspect", IMAGE).returncode != 0:
         build("vllm-openai", REPO / ".cache" / "bench-build.log")  # a cache hit once built
@@ -59,12 +69,14 @@ def prerequisites():
 
 @pytest.fixture(scope="module")
 def quick(prerequisites, tmp_path_factory):
-    out = tmp_path_factory.mktemp("bench") / "out"
+    work = tmp_path_factory.mktemp("bench")
+    out = work / "out"
     before = leftovers()
     start = time.monotonic()
-    done = zenvllm_bench(
-        "--quick", "--model", str(prerequisites), "--out", str(out), capture_output=True
-    )
+    # A relative --out, as `make bench` passes it (docker needs absolute mount paths).
+    args = ["--quick", "--gateway", "deploy", "--base-port", str(BASE_PORT)]
+    args += ["--model", str(prerequisites), "--out", "out"]
+    done = zenvllm_bench(*args, capture_output=True, cwd=work)
     took = time.monotonic() - start
     print(f"\nzenvllm bench --quick: exit {done.returncode} in {took:.0f} s\n{done.stdout}")
     assert done.returncode == 0, f"stdout:\n{done.stdout[-4000:]}\nstderr:\n{done.stderr[-4000:]}"
@@ -74,8 +86,9 @@ def quick(prerequisites, tmp_path_factory):
 def test_progress_is_shown_while_it_runs(quick):
     _, stdout, _ = quick
     for name in bench.QUICK_CONFIGS:
-        assert f"] {name}: starting" in stdout
         assert f"] {name}: repeat 1/1:" in stdout
+    assert "] stock: starting 1 x all CPUs" in stdout
+    assert "] gateway: deploying with ansible/deploy.yml" in stdout
     assert "warm-up" in stdout
     assert "| Model | stock |" in stdout  # the table is printed at the end
 
@@ -139,15 +152,21 @@ def test_plots_are_png_images(quick):
 
 def test_nothing_is_left_behind(quick):
     out, _, before = quick
-    assert bench_containers() == []
-    assert not list(out.parent.glob(".out.tmp-*"))  # the staging dir was renamed into place
+    run_id = json.loads((out / "results.json").read_text())["meta"]["run_id"]
+    assert bench_containers(run_id) == []
+    gateway = f"label=zenvllm.deployment={bench_gateway.DEPLOYMENT_PREFIX}{BASE_PORT + 90}"
+    assert engine("ps", "-a", "-q", "--filter", gateway).stdout.split() == []
+    assert not Path(f"/etc/nginx/conf.d/zenvllm-bench-{BASE_PORT + 90}.conf").exists()
+    assert not list(out.parent.glob(".out.*"))  # the staging dir was renamed into place
     assert not [p for p in leftovers() - before if p.name.startswith("vllm_dist_")]
 
 
 def test_interrupted_run_cleans_up_and_writes_nothing(prerequisites, tmp_path):
     """SIGTERM while the first server starts: containers removed, no output directory."""
     out = tmp_path / "out"
-    argv = [*ZENVLLM, "bench", "--quick", "--configs", "stock"]
+    port = BASE_PORT + 50
+    argv = [*ZENVLLM, "bench", "--quick", "--configs", "stock", "--base-port", str(port)]
+    server = f"zenvllm-bench-stock-{port}"
     proc = subprocess.Popen(
         [*argv, "--model", str(prerequisites), "--out", str(out)],
         env=engine_env(),
@@ -156,15 +175,15 @@ def test_interrupted_run_cleans_up_and_writes_nothing(prerequisites, tmp_path):
     )
     try:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not bench_containers():
+        while time.monotonic() < deadline and not named(server):
             time.sleep(0.5)
-        assert bench_containers(), "the stock server never started"
+        assert named(server), "the stock server never started"
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=180)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode != 0
-    assert bench_containers() == []
+    assert named(server) == []
     assert not out.exists()
     assert not list(tmp_path.glob(".out.tmp-*"))

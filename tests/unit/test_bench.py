@@ -368,3 +368,15 @@ def test_median_helper_matches_statistics():
     rates = [512.5, 498.25, 530.0, 505.0]
     s = bench.summarize(runs_of("stock", rates), configs)[0]
     assert s.output_tok_s == round(statistics.median(rates), 1)
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "bench"
+
+
+@pytest.mark.skipif(not (DOCS / "results.json").exists(), reason="no recorded full run")
+def test_the_recorded_full_run_is_complete_and_consistent():
+    """The full `make bench` run whose table and plots the README shows."""
+    assert bench.check_outputs(DOCS, ["stock", "single", "auto"]) == []
+    result = json.loads((DOCS / "results.json").read_text())
+    assert result["meta"]["workload"]["repeats"] >= 3
+    assert result["meta"]["workload"]["input_len"] == 128
