@@ -12,7 +12,7 @@ export DOCKER_HOST ?= unix:///run/zenvllm/docker.sock
 # Wheels (torch +cpu) and CA certificates for image builds, when this machine has them.
 export ZENVLLM_WHEELHOUSE ?= $(wildcard /opt/wheels)
 export ZENVLLM_EXTRA_CA_CERTS ?= $(wildcard /usr/local/share/ca-certificates)
-PYTEST  := $(BIN)/pytest -p no:cacheprovider --basetemp=$(CURDIR)/.cache/pytest
+PYTEST  := mkdir -p $(CURDIR)/.cache && $(BIN)/pytest -p no:cacheprovider --basetemp=$(CURDIR)/.cache/pytest
 
 .PHONY: help venv lint unit test test-fast engine base-image tiny-model image deploy bench \
         test-image test-serve test-ansible test-bench test-reliability clean
