@@ -57,6 +57,7 @@ class Fleet:
     base_port: int = 8311
     gateway_port: int = 8310
     image: str = IMAGE
+    deployment: str = "zenvllm-rel"  # names its containers and env files <deployment>-<n>
     extra: dict = field(default_factory=dict)
 
     @property
@@ -74,6 +75,9 @@ class Fleet:
     def ports(self, n: int = 2) -> list[int]:
         return [self.base_port + i for i in range(n)]
 
+    def names(self, n: int = 2) -> list[str]:
+        return [f"{self.deployment}-{i}" for i in range(n)]
+
     def variables(self, **override) -> dict:
         return {
             "zenvllm_model_dir": str(self.model_dir),
@@ -86,6 +90,7 @@ class Fleet:
             "zenvllm_host_manage_shm": False,
             "zenvllm_host_engine_install": False,
             "zenvllm_instances_count": 2,
+            "zenvllm_instances_deployment": self.deployment,
             "zenvllm_instances_base_port": self.base_port,
             # Two instances of a 2 MB model on a shared 24 GiB machine: 1 GiB KV each.
             "zenvllm_instances_kv_cache_gib": 1,
