@@ -238,6 +238,11 @@ def check_policy(host: Host, policy: Policy) -> None:
         raise PlanError(f"unknown layout {policy.layout!r}; choose one of {', '.join(LAYOUTS)}")
     if policy.instances is not None and policy.instances < 1:
         raise PlanError(f"--instances {policy.instances}: give 1 or more, or auto")
+    if policy.kv_cache_gib is not None and policy.kv_cache_gib < policy.min_kv_cache_gib:
+        raise PlanError(
+            f"--kv-cache-gib {policy.kv_cache_gib} is below the {policy.min_kv_cache_gib} GiB "
+            "minimum; give at least that, or leave it out to let zenvllm size it"
+        )
     if not 0 < policy.kv_fraction <= 1:
         raise PlanError(f"KV fraction {policy.kv_fraction} must be in (0, 1]")
     if not 1 <= policy.base_port <= 65535:

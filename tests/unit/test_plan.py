@@ -199,3 +199,8 @@ def test_memory_only_node_is_explained_not_used():
     plan = make_plan(host, TINY)
     assert {i.node for i in plan.instances} == {0}
     assert any("node 1 has 256.0 GiB but no CPUs" in n for n in plan.notes)
+
+
+def test_explicit_kv_cache_below_the_minimum_is_refused_as_such():
+    with pytest.raises(PlanError, match="--kv-cache-gib 0 is below the 1 GiB minimum"):
+        make_plan(flavor(4, 64), TINY, Policy(kv_cache_gib=0))
