@@ -27,6 +27,7 @@ from zenvllm import bench, bench_gateway
 from zenvllm.bench import Configuration, Run, Workload
 from zenvllm.bench_gateway import Deployment
 from zenvllm.errors import UserError
+from zenvllm.health import healthy
 
 SHM_LEFTOVERS = Path("/dev/shm")
 TMP_LEFTOVERS = Path("/tmp")
@@ -74,14 +75,6 @@ def port_in_use(port: int) -> bool:
 def get_json(url: str, timeout: float = 5) -> object:
     with urllib.request.urlopen(url, timeout=timeout) as reply:
         return json.loads(reply.read() or b"null")
-
-
-def healthy(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=3) as reply:
-            return reply.status == 200
-    except OSError:
-        return False
 
 
 def logs_tail(name: str, lines: int = 25) -> str:

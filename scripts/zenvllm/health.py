@@ -17,14 +17,26 @@ def port() -> str:
     return recorded or os.environ.get("ZENVLLM_PORT", "8000")
 
 
-def main() -> int:
-    url = f"http://127.0.0.1:{port()}/health"
+def probe(port: int | str, timeout: float = 3) -> str | None:
+    """None when vLLM on 127.0.0.1:port answers /health with 200; else why not."""
+    url = f"http://127.0.0.1:{port}/health"
     try:
-        with urllib.request.urlopen(url, timeout=4) as reply:
-            return 0 if reply.status == 200 else 1
+        with urllib.request.urlopen(url, timeout=timeout) as reply:
+            return None if reply.status == 200 else f"{url}: HTTP {reply.status}"
     except OSError as err:
-        print(f"health: {url}: {err}", file=sys.stderr)
+        return f"{url}: {err}"
+
+
+def healthy(port: int | str, timeout: float = 3) -> bool:
+    return probe(port, timeout) is None
+
+
+def main() -> int:
+    problem = probe(port(), timeout=4)
+    if problem:
+        print(f"health: {problem}", file=sys.stderr)
         return 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -26,19 +26,13 @@ from conftest import REPO, require, require_tool
 from fleet import API_KEY, HF_TOKEN, IMAGE, NGINX_DEFAULT_SITE, Fleet, docker
 from support.load import BackgroundLoad, LoadResult, run_load
 
+from zenvllm.health import healthy
+
 pytestmark = pytest.mark.reliability
 
 SHIPPED_PROFILE = REPO / "ansible" / "roles" / "zenvllm_instances" / "files" / "seccomp-numa.json"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 MODEL = "tiny"
-
-
-def healthy(port: int, timeout: float = 2) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=timeout) as reply:
-            return reply.status == 200
-    except OSError:
-        return False
 
 
 def stopped(port: int) -> bool:

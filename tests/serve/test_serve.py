@@ -16,6 +16,8 @@ from conftest import require
 from support import engine
 from support.tiny_model import ensure_tiny_model
 
+from zenvllm.health import healthy
+
 pytestmark = pytest.mark.serve
 
 MAX_TOKENS = 9
@@ -47,7 +49,7 @@ def server(image):
         "--enforce-eager",
         run_opts=("--shm-size=1g", "--health-interval=5s", "-v", f"{model}:/model:ro"),
     ) as name:
-        engine.wait_for(lambda: engine.healthy(port), 420, "/health", name, every=2)
+        engine.wait_for(lambda: healthy(port), 420, "/health", name, every=2)
         print(f"server ready in {time.monotonic() - start:.0f} s")
         yield name, port, model
 

@@ -130,11 +130,3 @@ def http_json(url: str, body: dict | None = None, timeout: float = 60) -> dict:
     req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout) as reply:
         return json.loads(reply.read() or b"{}")
-
-
-def healthy(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=3) as reply:
-            return reply.status == 200
-    except OSError:
-        return False
