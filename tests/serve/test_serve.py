@@ -100,8 +100,17 @@ def test_image_healthcheck_reports_healthy(server):
 
 
 def test_without_enough_shm_the_launcher_refuses_with_the_fix(image):
+    # 64m is docker's stock default; the test engine itself defaults to 1g.
     done = engine.docker(
-        "run", "--rm", "--network", "host", image, "--model", "/nowhere", check=False
+        "run",
+        "--rm",
+        "--network",
+        "host",
+        "--shm-size=64m",
+        image,
+        "--model",
+        "/nowhere",
+        check=False,
     )
     assert done.returncode == 2
     assert "vLLM needs at least 512 MiB" in done.stderr
