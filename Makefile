@@ -87,7 +87,7 @@ bench: venv engine
 	$(MAKE) image TARGET=zen
 	$(BIN)/zenvllm bench --model "$(or $(MODEL),$$($(BIN)/python tests/support/tiny_model.py))" \
 	  --gateway deploy --out $(BENCH_OUT) $(BENCH_ARGS)
-	$(BIN)/python -m zenvllm.bench $(BENCH_OUT) --acceptance
+	$(BIN)/python -m zenvllm.bench $(BENCH_OUT)
 
 test-bench: venv engine
 	$(PYTEST) -q tests/bench

@@ -254,10 +254,13 @@ def check_smt(host: Host) -> Check:
             "smt",
             INFO,
             f"on: {len(host.cpus)} CPUs on {cores} cores",
-            "one OpenMP thread per physical core; sibling threads stay free",
+            "one OpenMP thread per physical core; the siblings serve the API server",
         )
     return Check(
-        "smt", INFO, f"off or not exposed: {cores} cores", "every CPU gets an OpenMP thread"
+        "smt",
+        INFO,
+        f"off or not exposed: {cores} cores",
+        "each instance keeps one core for its API server, OpenMP gets the rest",
     )
 
 

@@ -10,13 +10,16 @@ The rules, and the evidence behind their defaults:
   needs weights / (c x bandwidth) per step. We take the fewest cores that keep
   that under `tpot_target_ms`, capped at `max_cores_per_instance` (AMD measured
   two 64-core instances well ahead of one 128-core instance on an EPYC 9755),
-  then as many slices as fill the node. Small models get small slices: on the
-  2-core test machine, two 1-core instances made 1.5x the output of one
-  2-core instance (see README, Benchmarks).
-* OpenMP threads get one logical CPU per physical core (the highest-numbered
-  SMT sibling, as vLLM's auto does); the other siblings, or without SMT
-  `reserve_cpus` cores of any slice of 4+ cores, stay in the container's
-  cpuset for the API server and engine-core process.
+  but never fewer than a slice that can keep a CPU apart (below), then as many
+  slices as fill the node.
+* Every instance keeps CPUs apart from OpenMP for its API server and
+  engine-core (scheduler) processes, as vLLM's own `auto` binding does since
+  0.32 (it reserves one CPU per rank). With SMT, OpenMP gets one logical CPU
+  per physical core (the highest sibling, as vLLM picks) and the other siblings
+  are the spare CPUs; without SMT, `reserve_cpus` cores of the slice are kept
+  out of the OpenMP list, so an auto slice has at least `reserve_cpus` + 1
+  cores. Squeezing all three onto one core cost 5x on the 2-core test machine
+  (README, Benchmarks).
 * Memory is planned from each node's total, not its momentary free memory, so
   re-planning a host whose instances already run gives the same plan (and
   Ansible stays idempotent); low free memory is a warning.
@@ -62,8 +65,7 @@ class Policy:
     max_cores_per_instance: int = 64
     tpot_target_ms: float = 50.0
     core_bandwidth_gbs: float = 4.0  # DRAM bandwidth per core, Zen 4: ~460 GB/s / 96 cores
-    reserve_cpus: int = 1  # cores kept for the API server in non-SMT slices of 4+ cores
-    min_reserve_slice: int = 4
+    reserve_cpus: int = 1  # cores kept from OpenMP in non-SMT slices, for the API server
 
 
 @dataclass(frozen=True)
@@ -190,18 +192,27 @@ def split_cores(cores: list[tuple[int, ...]], k: int, layout: str) -> list[list[
 
 
 def omp_cpus_of(slice_cores: list[tuple[int, ...]], policy: Policy) -> tuple[int, ...]:
-    omp = [ids[-1] for ids in slice_cores]  # highest sibling, as vLLM's auto picks
+    """OpenMP's CPUs: the highest sibling of each core (as vLLM's auto picks); without
+    SMT, the slice's last `reserve_cpus` cores are left to the API server and scheduler,
+    as long as one core remains for OpenMP."""
+    omp = [ids[-1] for ids in slice_cores]
     smt = any(len(ids) > 1 for ids in slice_cores)
-    if not smt and len(omp) >= policy.min_reserve_slice:
-        omp = omp[: len(omp) - policy.reserve_cpus]
+    if not smt:
+        omp = omp[: max(1, len(omp) - policy.reserve_cpus)]
     return tuple(sorted(omp))
 
 
-def cores_per_instance(model: Model, policy: Policy) -> int:
+def min_slice_cores(smt: bool, policy: Policy) -> int:
+    """The smallest slice that keeps a CPU apart from OpenMP."""
+    return 1 if smt else policy.reserve_cpus + 1
+
+
+def cores_per_instance(model: Model, policy: Policy, smt: bool) -> int:
     if model.weight_bytes <= 0:
         return policy.max_cores_per_instance
     per_core_step = policy.core_bandwidth_gbs * 1e9 * policy.tpot_target_ms / 1000
-    return max(1, min(policy.max_cores_per_instance, math.ceil(model.weight_bytes / per_core_step)))
+    wanted = min(policy.max_cores_per_instance, math.ceil(model.weight_bytes / per_core_step))
+    return max(min_slice_cores(smt, policy), wanted)
 
 
 # -- memory ------------------------------------------------------------------
@@ -260,11 +271,16 @@ def check_policy(host: Host, policy: Policy) -> None:
 def instances_per_node(
     cores: dict[int, list[tuple[int, ...]]], policy: Policy, per_instance: int
 ) -> dict[int, int]:
-    """Explicit counts spread over nodes by their core counts (largest remainder)."""
+    """Auto: as many slices of at least `per_instance` cores (and at most the cap) as fit
+    each node. Explicit counts: spread over nodes by their core counts (largest remainder)."""
     total_cores = sum(len(c) for c in cores.values())
     n = policy.instances
     if n is None:
-        return {node: math.ceil(len(c) / per_instance) for node, c in cores.items()}
+        cap = policy.max_cores_per_instance
+        return {
+            node: min(len(c), max(1, len(c) // per_instance, math.ceil(len(c) / cap)))
+            for node, c in cores.items()
+        }
     if n > total_cores:
         raise PlanError(
             f"--instances {n} is more than the {total_cores} usable physical cores; "
@@ -294,13 +310,15 @@ def make_plan(host: Host, model: Model, policy: Policy | None = None) -> Plan:
     notes: list[str] = []
     fixed = fixed_cost(model, policy)
     min_kv = policy.min_kv_cache_gib * GIB
-    per_instance = cores_per_instance(model, policy)
+    smt = any(len(ids) > 1 for node_cores in cores.values() for ids in node_cores)
+    per_instance = cores_per_instance(model, policy, smt)
     counts = instances_per_node(cores, policy, per_instance)
     if policy.instances is None:
         notes.append(
             f"auto: {model.weight_gib:.2f} GiB of weights need {per_instance} core(s) per "
             f"instance to keep a decode step under {policy.tpot_target_ms:g} ms at "
-            f"~{policy.core_bandwidth_gbs:g} GB/s per core (cap {policy.max_cores_per_instance})"
+            f"~{policy.core_bandwidth_gbs:g} GB/s per core (cap {policy.max_cores_per_instance}, "
+            f"at least {min_slice_cores(smt, policy)} to keep a CPU for the API server)"
         )
     idle = sorted(set(cores) - set(counts))
     if idle:
@@ -387,6 +405,12 @@ def make_plan(host: Host, model: Model, policy: Policy | None = None) -> Plan:
         for slice_cores in split_cores(cores[node_id], k, policy.layout):
             index = len(instances)
             omp = omp_cpus_of(slice_cores, policy)
+            if len(slice_cores) < min_slice_cores(smt, policy):
+                warnings.append(
+                    f"instance {index} has {len(slice_cores)} core(s) without SMT: its API "
+                    "server and scheduler share the OpenMP core, which costs throughput; "
+                    "use fewer instances"
+                )
             env = {
                 "VLLM_CPU_KVCACHE_SPACE": str(kv),
                 "VLLM_CPU_OMP_THREADS_BIND": format_cpu_list(omp),

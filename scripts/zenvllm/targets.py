@@ -35,9 +35,11 @@ TARGETS = {
             needs_flags=("avx512f", "avx512_bf16"),
             needs_vendor="AuthenticAMD",
             env={
-                # Lets Inductor constant-fold weights into zentorch's prepacked layout (AMD).
-                "TORCHINDUCTOR_FREEZING": "1",
                 # Prepack linear weights once at load instead of per call (vLLM's default, pinned).
+                # No TORCHINDUCTOR_FREEZING: AMD's older recipes set it for zentorch's compile
+                # backend, but vLLM 0.32's ZenCpuPlatform routes linears to zentorch at load,
+                # and freezing breaks vLLM's AOT compile cache ("expected OutputCode, got
+                # <class 'function'>"), so the server never starts in its default compiled mode.
                 "VLLM_ZENTORCH_WEIGHT_PREPACK": "1",
             },
         ),

@@ -1,8 +1,11 @@
-"""A real completion from the vllm-openai image, with the tiny model mounted read-only.
+"""A real completion from each image, run the way a user runs it.
 
-Only the launcher sizes the instance here (no VLLM_CPU_* env is passed): the
-test checks the planned values in its log, then sends a real /v1/completions
-and checks the token counts against the model's own tokenizer.
+`docker run IMAGE --model /model` with the tiny model mounted read-only, in
+vLLM's default compiled mode (torch.compile with Inductor, and for `zen` the
+ZenCpuPlatform's zentorch linear ops where the CPU has AVX-512 BF16). Only the
+launcher sizes the instance (no VLLM_CPU_* env is passed): the test checks the
+planned values in its log, then sends a real /v1/completions and checks the
+token counts against the model's own tokenizer.
 """
 
 from __future__ import annotations
@@ -24,10 +27,10 @@ MAX_TOKENS = 9
 PROMPT = "Hello world, the quick brown fox jumps over the lazy dog"
 
 
-@pytest.fixture(scope="module")
-def image(tmp_path_factory) -> str:
+@pytest.fixture(scope="module", params=["vllm-openai", "zen"])
+def image(request, tmp_path_factory) -> str:
     require(engine.engine_ready(), "no container engine answers (run `make engine`)")
-    tag, _ = engine.build("vllm-openai", tmp_path_factory.mktemp("logs") / "build.log")
+    tag, _ = engine.build(request.param, tmp_path_factory.mktemp("logs") / "build.log")
     return tag
 
 
@@ -46,10 +49,16 @@ def server(image):
         "512",
         "--dtype",
         "bfloat16",
-        "--enforce-eager",
         run_opts=("--shm-size=1g", "--health-interval=5s", "-v", f"{model}:/model:ro"),
     ) as name:
-        engine.wait_for(lambda: healthy(port), 420, "/health", name, every=2)
+        engine.wait_for(
+            lambda: healthy(port) or "initialization failed" in engine.logs(name),
+            420,
+            "/health",
+            name,
+            every=2,
+        )
+        assert healthy(port), engine.logs(name)[-4000:]
         print(f"server ready in {time.monotonic() - start:.0f} s")
         yield name, port, model
 

@@ -126,17 +126,17 @@ def test_two_core_machine_folds_identical_layouts():
         list(bench.SPECS), host("test-machine-zen4-2cpu"), TINY, 8401, 512
     )
     by_name = {c.name: c for c in configs}
-    # One node: one per node is one instance on all cores; 1-core slices: interleaved is contiguous.
-    assert by_name["single"].same_as == ("per-node",)
-    assert by_name["auto"].same_as == ("auto-interleaved",)
-    assert "per-node" not in by_name and "auto-interleaved" not in by_name
-    assert any("per-node: identical to single" in n for n in notes)
-    assert [s.cpus for s in by_name["auto"].servers] == ["0", "1"]
-    assert by_name["auto"].shape == "2 x 1 CPU"
-    assert by_name["single"].servers[0].cpus == "0-1"
+    # One node of two cores: auto is one instance with a spare core, so single, per-node
+    # and interleaved are all the same run, folded into the planner's own configuration.
+    assert by_name["auto"].same_as == ("single", "per-node", "auto-interleaved")
+    assert set(by_name) == {"stock", "auto", "zen-auto", "gateway"}
+    assert any("per-node: identical to auto" in n for n in notes)
+    assert [(s.cpus, s.omp_bind) for s in by_name["auto"].servers] == [("0-1", "0")]
+    assert by_name["auto"].shape == "1 x 2 CPUs"
     # zen differs from plain by image and env, so it is never folded into it.
     assert by_name["zen-auto"].target == "zen"
-    assert by_name["zen-auto"].servers[0].env["TORCHINDUCTOR_FREEZING"] == "1"
+    assert by_name["zen-auto"].same_as == ("zen-single",)
+    assert by_name["zen-auto"].servers[0].env["VLLM_ZENTORCH_WEIGHT_PREPACK"] == "1"
     assert by_name["gateway"].servers == ()
 
 
@@ -146,7 +146,8 @@ def test_big_hosts_keep_per_node_and_interleaved_apart():
     )
     configs, _ = bench.resolve(list(bench.SPECS), host("epyc-9654-nps4"), eight_gib, 8401, 512)
     by_name = {c.name: c for c in configs}
-    assert len(by_name["per-node"].servers) == 4
+    # 24-core nodes are smaller than the 43 cores 8 GiB wants: auto is one per node.
+    assert "per-node" in by_name["auto"].same_as and len(by_name["auto"].servers) == 4
     assert len(by_name["single"].servers) == 1
     # 128 cores, one node: auto cuts 43-core slices; contiguous and interleaved differ.
     configs, _ = bench.resolve(list(bench.SPECS), host("epyc-9755-1s-nps1"), eight_gib, 8401, 512)
@@ -179,11 +180,11 @@ def test_stock_is_what_vllms_docs_give():
 
 
 def test_planned_servers_run_with_the_plans_placement():
-    configs, _ = bench.resolve(["stock", "auto"], host("test-machine-zen4-2cpu"), TINY, 8401, 512)
+    configs, _ = bench.resolve(["stock", "auto"], host("vm-milan-8vcpu-avx2"), TINY, 8401, 512)
     second = configs[1].servers[1]
     argv = bench.server_command(second, "img:1", Path("/m"), 512, True, "r1")
-    assert "--cpuset-cpus=1" in argv and "--cpuset-mems=0" in argv
-    assert "VLLM_CPU_OMP_THREADS_BIND=1" in argv
+    assert "--cpuset-cpus=2-3" in argv and "--cpuset-mems=0" in argv
+    assert "VLLM_CPU_OMP_THREADS_BIND=2" in argv
     assert argv[argv.index("--port") + 1] == "8402"
     assert "--network" in argv and argv[argv.index("--network") + 1] == "host"
     assert f"{bench.BENCH_LABEL}=r1" in argv
@@ -239,8 +240,9 @@ def runs_of(config, rates):
 
 
 def sample_configs():
+    # Eight CPUs without SMT: single (1 x 8) and auto (4 x 2) are distinct runs.
     configs, _ = bench.resolve(
-        ["stock", "single", "auto"], host("test-machine-zen4-2cpu"), TINY, 8401, 512
+        ["stock", "single", "auto"], host("vm-milan-8vcpu-avx2"), TINY, 8401, 512
     )
     return configs
 
@@ -312,7 +314,7 @@ def test_tables_are_shaped_like_amds():
     assert amd[0] == "| Model | stock | auto | autovsstock |"
     assert amd[2] == "| tiny-llama | 400 | 600 | 1.500 |"
     text = bench.markdown(doc)
-    assert "| auto | 2 x 1 CPU | 600 | 560-700 |" in text
+    assert "| auto | 4 x 2 CPUs | 600 | 560-700 |" in text
     assert "1.500x" in text and "acceptance 1.3x: met" in text
 
 
@@ -350,10 +352,10 @@ def test_checker_catches_each_kind_of_inconsistency(tmp_path):
             assert any(text in p for p in problems), (text, problems)
 
     broken(lambda d: None, "configuration zen-auto is missing")
-    broken(lambda d: d["summary"][2].update(ratio=1.6), "auto: ratio 1.6 is not")
+    broken(lambda d: d["summary"][1].update(ratio=1.6), "auto: ratio 1.6 is not")
     broken(lambda d: d["runs"].pop(), "auto: 2 runs, expected 3", "runs.csv: 9 rows")
     broken(
-        lambda d: d["summary"][1].update(output_tok_s=301.0),
+        lambda d: d["summary"][2].update(output_tok_s=301.0),
         "single: summary 301.0 is not the median",
     )
     broken(lambda d: d["runs"][0].update(failed=1), "stock repeat 1: 1 completed, 1 failed")

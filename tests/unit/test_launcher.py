@@ -115,7 +115,7 @@ def test_prepare_plans_the_container_and_keeps_explicit_env(zen4, tmp_path, monk
     assert argv == ["vllm", "serve", str(model), "--max-model-len", "512", "--port", "8000"]
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "1"  # explicit wins
     assert int(env["VLLM_CPU_KVCACHE_SPACE"]) >= 1  # planned
-    assert env["TORCHINDUCTOR_FREEZING"] == "1"  # the zen target's tuning
+    assert env["VLLM_ZENTORCH_WEIGHT_PREPACK"] == "1"  # the zen target's tuning
     assert env["HF_HUB_OFFLINE"] == "1"  # a local model needs no hub
 
 

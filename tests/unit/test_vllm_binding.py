@@ -44,16 +44,17 @@ def test_single_instance_binding_matches_vllm_up_to_the_reserve(name, host):
     """Same core choice as vLLM (one thread per core, highest sibling, on one node).
 
     Difference 1, the reserve: vLLM always takes one core away from OpenMP for
-    the engine's other processes; zenvllm gives the API server the idle SMT
-    siblings instead, and without SMT reserves a core only in slices of 4+
-    cores: on the 2-core test machine vLLM's auto runs on core 0 alone.
+    the engine's other processes; with SMT, zenvllm gives them the idle
+    siblings instead and keeps every core for OpenMP. Without SMT both reserve
+    the last core.
     """
     vllm_omp, vllm_reserved = vllm_auto(host)
     plan = make_plan(host, TINY, Policy(instances=1))
     (inst,) = plan.instances
     ours = list(inst.omp_cpus)
-    if host.smt or len(vllm_omp) + len(vllm_reserved) < 4:
+    if host.smt:
         assert ours == sorted(vllm_omp + vllm_reserved)
+        assert set(inst.cpus) - set(ours)  # the siblings left for the API server
     else:
         assert ours == vllm_omp
     # ... and the reserve is still in the container's cpuset for the API server.
@@ -72,5 +73,8 @@ def test_auto_uses_every_node_and_splits_big_ones(name, host):
     assert covered >= set(vllm_omp) | set(vllm_reserved)
     nodes_with_cpus = {n.id for n in host.nodes if n.cpus}
     assert {i.node for i in plan.instances} == nodes_with_cpus
-    if len(host.cpus) > 1:
-        assert len(plan.instances) > 1  # the tiny model: one instance per core
+    # The tiny model: the smallest slices that still keep a CPU apart from OpenMP.
+    for inst in plan.instances:
+        assert len(inst.cpus) > len(inst.omp_cpus) or len(host.allowed_cpus) == 1
+    if len(host.allowed_cpus) >= 4:
+        assert len(plan.instances) > 1
