@@ -70,9 +70,7 @@ def test_runtime_has_preloads_metadata_and_inductors_compiler_not_dropped_packag
         "print(all(os.path.exists(p) for p in os.environ['LD_PRELOAD'].split(':')));"
         "print(os.path.exists('/usr/bin/g++'))"
     )
-    out = engine.docker(
-        "run", "--rm", "--network", "host", "--entrypoint", "python", openai_image, "-c", script
-    ).stdout.split()
+    out = engine.python_in(openai_image, script)
     # g++ stays: torch.compile (Inductor) compiles C++ kernels at run time on the CPU.
     assert out == ["0.32.0+cpu", "[]", "True", "True"]
 
@@ -91,17 +89,10 @@ def test_a_second_build_with_no_change_is_a_cache_hit(openai_image, logdir):
 def test_zen_image_has_zentorch_at_the_matrix_version(zen_image):
     labels = engine.image_config(zen_image)["Labels"]
     assert labels["io.zenvllm.pin.zentorch"] == "2.13.0.1"
-    version = engine.docker(
-        "run",
-        "--rm",
-        "--network",
-        "host",
-        "--entrypoint",
-        "python",
+    version = engine.python_in(
         zen_image,
-        "-c",
         "import importlib.metadata as md; print(md.version('zentorch'), md.version('torch'))",
-    ).stdout.split()
+    )
     assert version == ["2.13.0.1", "2.13.0+cpu"]
 
 
@@ -137,15 +128,7 @@ def test_zen_starts_and_logs_zentorch_state_as_the_cpu_flags_say(zen_image):
             assert line.startswith("zentorch 2.13.0.1 is installed but INACTIVE"), line
             assert "avx512" in line and platform.startswith("CpuPlatform"), platform
     # vLLM itself must agree with the launcher: ask it which platform it picks.
-    picked = engine.docker(
-        "run",
-        "--rm",
-        "--network",
-        "host",
-        "--entrypoint",
-        "python",
-        zen_image,
-        "-c",
-        "from vllm.platforms import current_platform as p; print(type(p).__name__)",
-    ).stdout.split()[-1]
+    picked = engine.python_in(
+        zen_image, "from vllm.platforms import current_platform as p; print(type(p).__name__)"
+    )[-1]
     assert picked == ("ZenCpuPlatform" if expect_active else "CpuPlatform")

@@ -44,6 +44,12 @@ def docker(*args: str, check: bool = True, timeout: float = 120) -> subprocess.C
     )
 
 
+def python_in(image: str, code: str) -> list[str]:
+    """Run Python code in a throwaway container of the image; its stdout, split."""
+    done = docker("run", "--rm", "--network", "none", "--entrypoint", "python", image, "-c", code)
+    return done.stdout.split()
+
+
 def engine_ready() -> bool:
     try:
         return docker("version", "--format", "{{.Server.Version}}", check=False).returncode == 0
