@@ -156,7 +156,7 @@ class Spec:
     kind: str  # stock | plan | gateway
     summary: str
     target: str = "vllm-openai"
-    instances: int | str | None = None  # plan: None auto, N, or "per-node"
+    instances: int | str | None = None  # plan: None auto, N, "per-node" or "two-per-node"
     layout: str = "contiguous"
 
 
@@ -166,6 +166,7 @@ CATALOGUE = (
     Spec(PLANNER, "plan", "planner's auto layout (contiguous cores)"),
     Spec("single", "plan", "planner: one instance on all cores", instances=1),
     Spec("per-node", "plan", "planner: one instance per NUMA node", instances="per-node"),
+    Spec("two-per-node", "plan", "planner: two instances per NUMA node", instances="two-per-node"),
     Spec(
         "auto-interleaved",
         "plan",
@@ -278,8 +279,9 @@ def servers_of(plan: Plan, prefix: str) -> tuple[Server, ...]:
 
 def policy_of(spec: Spec, host: Host, base_port: int, max_model_len: int) -> Policy:
     instances = spec.instances
-    if instances == "per-node":
-        instances = sum(1 for n in host.nodes if set(n.cpus) & host.allowed_cpus)
+    if instances in ("per-node", "two-per-node"):
+        nodes = sum(1 for n in host.nodes if set(n.cpus) & host.allowed_cpus)
+        instances = nodes * (2 if instances == "two-per-node" else 1)
     return Policy(
         instances=instances,  # type: ignore[arg-type]
         target=spec.target,
@@ -739,7 +741,8 @@ def plot(result: dict, out_dir: Path) -> list[Path]:
         )
         ax.legend(loc="lower right")
     ax.set_ylabel("output tokens/s (median, min-max)")
-    ax.set_title(f"Output throughput: {title}")
+    ax.set_ylim(0, max(s.output_max for s in summaries) * 1.12)  # room for the ratios
+    ax.set_title(f"Output throughput\n{title}", fontsize=10)
     ax.tick_params(axis="x", rotation=20)
     fig.tight_layout()
     paths = [out_dir / "throughput.png"]
@@ -755,7 +758,7 @@ def plot(result: dict, out_dir: Path) -> list[Path]:
         ax.set_ylabel(f"{label} (median of per-run medians)")
         ax.set_title(label)
         ax.tick_params(axis="x", rotation=30)
-    fig.suptitle(f"Latency: {title}")
+    fig.suptitle(f"Latency: {title}", fontsize=10)
     fig.tight_layout()
     paths.append(out_dir / "latency.png")
     fig.savefig(paths[1], dpi=110)

@@ -18,8 +18,9 @@ The rules, and the evidence behind their defaults:
   per physical core (the highest sibling, as vLLM picks) and the other siblings
   are the spare CPUs; without SMT, `reserve_cpus` cores of the slice are kept
   out of the OpenMP list, so an auto slice has at least `reserve_cpus` + 1
-  cores. Squeezing all three onto one core cost 5x on the 2-core test machine
-  (README, Benchmarks).
+  cores. On the 2-core test machine two 1-core instances (all three processes
+  on one core each) made ~0.9x of one instance with a spare core, quiet, and
+  0.17x under load (README, Benchmarks).
 * Memory is planned from each node's total, not its momentary free memory, so
   re-planning a host whose instances already run gives the same plan (and
   Ansible stays idempotent); low free memory is a warning.

@@ -129,7 +129,12 @@ def test_two_core_machine_folds_identical_layouts():
     # One node of two cores: auto is one instance with a spare core, so single, per-node
     # and interleaved are all the same run, folded into the planner's own configuration.
     assert by_name["auto"].same_as == ("single", "per-node", "auto-interleaved")
-    assert set(by_name) == {"stock", "auto", "zen-auto", "gateway"}
+    assert set(by_name) == {"stock", "auto", "two-per-node", "zen-auto", "gateway"}
+    # Two per node is what auto used to pick here: 1-core slices with no spare core.
+    assert [(s.cpus, s.omp_bind) for s in by_name["two-per-node"].servers] == [
+        ("0", "0"),
+        ("1", "1"),
+    ]
     assert any("per-node: identical to auto" in n for n in notes)
     assert [(s.cpus, s.omp_bind) for s in by_name["auto"].servers] == [("0-1", "0")]
     assert by_name["auto"].shape == "1 x 2 CPUs"
