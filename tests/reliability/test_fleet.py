@@ -263,12 +263,7 @@ def test_instance_crash_under_load_fails_no_request(deployed):
     # nginx leaves a failed server out for fail_timeout (10 s), then tries it again.
     served, again, rounds = completions_served(victim), LoadResult(), 0
     while completions_served(victim) == served and rounds < 12:
-        part = run_load(fleet.gateway, MODEL, requests=20, concurrency=4, headers=AUTH)
-        again.sent, again.ok, again.failed = (
-            again.sent + part.sent,
-            again.ok + part.ok,
-            again.failed + part.failed,
-        )
+        again.add(run_load(fleet.gateway, MODEL, requests=20, concurrency=4, headers=AUTH))
         rounds += 1
     gained = completions_served(victim) - served
     print(f"restarted by the engine (RestartCount {after['RestartCount']}), healthy {back:.0f} s "
@@ -278,56 +273,57 @@ def test_instance_crash_under_load_fails_no_request(deployed):
     assert gained > 0  # back in the gateway's pool
 
 
-class SteadyLoad:
-    """Batches of completions until stopped (at most `limit` batches), to outlast a rollout."""
+class Background:
+    """A daemon thread running `_run` for the length of a `with` block; `_run` checks
+    `self.stop`. On exit it waits up to `join_s` for the thread to finish."""
 
-    def __init__(self, url: str, batch: int = 40, limit: int = 2000) -> None:
-        self.url, self.batch, self.limit = url, batch, limit
-        self.total = LoadResult()
+    join_s = 10.0
+
+    def __init__(self) -> None:
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(self.join_s)
+
+
+class SteadyLoad(Background):
+    """Batches of completions until stopped (at most `limit` batches), to outlast a rollout."""
+
+    join_s = 600.0  # the batch in flight finishes
+
+    def __init__(self, url: str, batch: int = 40, limit: int = 2000) -> None:
+        super().__init__()
+        self.url, self.batch, self.limit = url, batch, limit
+        self.total = LoadResult()
 
     def _run(self) -> None:
         for _ in range(self.limit):
             if self.stop.is_set():
                 break
-            part = run_load(self.url, MODEL, self.batch, 8, headers=AUTH)
-            self.total.sent += part.sent
-            self.total.ok += part.ok
-            self.total.failed += part.failed
-            self.total.errors.update(part.errors)
-            self.total.seconds += part.seconds
-
-    def __enter__(self) -> SteadyLoad:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        self.thread.join(600)
+            self.total.add(run_load(self.url, MODEL, self.batch, 8, headers=AUTH))
 
 
-class HealthWatch:
+class HealthWatch(Background):
     """Polls each instance's /health every 0.25 s; records when each was down."""
 
     def __init__(self, ports: list[int]) -> None:
+        super().__init__()
         self.ports = ports
         self.samples: list[tuple[float, dict[int, bool]]] = []
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self.stop.is_set():
             self.samples.append((time.monotonic(), {p: not stopped(p) for p in self.ports}))
             time.sleep(0.25)
-
-    def __enter__(self) -> HealthWatch:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        self.thread.join(10)
 
     def down_spans(self, port: int) -> list[tuple[float, float]]:
         spans, start = [], None

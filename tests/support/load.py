@@ -24,6 +24,14 @@ class LoadResult:
     errors: Counter = field(default_factory=Counter)
     seconds: float = 0.0
 
+    def add(self, other: LoadResult) -> None:
+        """Fold another run's counts into this one."""
+        self.sent += other.sent
+        self.ok += other.ok
+        self.failed += other.failed
+        self.errors.update(other.errors)
+        self.seconds += other.seconds
+
     def summary(self) -> str:
         errors = ", ".join(f"{k} x{v}" for k, v in self.errors.most_common()) or "none"
         return (
