@@ -8,6 +8,7 @@ stderr, exit 2, nothing on stdout.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from zenvllm import __version__
@@ -39,3 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as err:
         print(f"zenvllm {args.verb}: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `zenvllm plan | head`: the reader has what it wanted
+        # Python's exit-time flush of stdout would fail again (the recipe in its docs).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

@@ -260,7 +260,8 @@ def check_smt(host: Host) -> Check:
         "smt",
         INFO,
         f"off or not exposed: {cores} cores",
-        "each instance keeps one core for its API server, OpenMP gets the rest",
+        "an instance of 8 cores or more keeps one for its API server; smaller ones give "
+        "OpenMP every core",
     )
 
 

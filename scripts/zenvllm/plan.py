@@ -10,17 +10,17 @@ The rules, and the evidence behind their defaults:
   needs weights / (c x bandwidth) per step. We take the fewest cores that keep
   that under `tpot_target_ms`, capped at `max_cores_per_instance` (AMD measured
   two 64-core instances well ahead of one 128-core instance on an EPYC 9755),
-  but never fewer than a slice that can keep a CPU apart (below), then as many
-  slices as fill the node.
-* Every instance keeps CPUs apart from OpenMP for its API server and
-  engine-core (scheduler) processes, as vLLM's own `auto` binding does since
-  0.32 (it reserves one CPU per rank). With SMT, OpenMP gets one logical CPU
-  per physical core (the highest sibling, as vLLM picks) and the other siblings
-  are the spare CPUs; without SMT, `reserve_cpus` cores of the slice are kept
-  out of the OpenMP list, so an auto slice has at least `reserve_cpus` + 1
-  cores. On the 2-core test machine two 1-core instances (all three processes
-  on one core each) made ~0.9x of one instance with a spare core, quiet, and
-  0.17x under load (README, Benchmarks).
+  then as many slices as fill the node. On the 2-core test machine, with the
+  26 M-parameter bench model, two 1-core instances made 1.47x of vLLM's stock
+  container, one 2-core instance 1.41x (README, Benchmarks).
+* OpenMP gets one logical CPU per physical core (the highest sibling, as
+  vLLM picks). With SMT the other siblings are left to each instance's API
+  server and engine-core (scheduler) processes. Without SMT, slices of
+  `reserve_from_cores` cores or more keep `reserve_cpus` cores out of OpenMP
+  for them, as vLLM 0.32's auto does for every rank (its scheduler spins while
+  the workers compute); smaller slices give OpenMP every core, because a
+  reserved core is a large share of their compute: on the 2-core test machine
+  keeping one apart cost 29% of the bench model's throughput.
 * Memory is planned from each node's total, not its momentary free memory, so
   re-planning a host whose instances already run gives the same plan (and
   Ansible stays idempotent); low free memory is a warning.
@@ -66,7 +66,8 @@ class Policy:
     max_cores_per_instance: int = 64
     tpot_target_ms: float = 50.0
     core_bandwidth_gbs: float = 4.0  # DRAM bandwidth per core, Zen 4: ~460 GB/s / 96 cores
-    reserve_cpus: int = 1  # cores kept from OpenMP in non-SMT slices, for the API server
+    reserve_cpus: int = 1  # cores kept from OpenMP in big non-SMT slices, for the API server
+    reserve_from_cores: int = 8  # smaller non-SMT slices give OpenMP every core
 
 
 @dataclass(frozen=True)
@@ -194,26 +195,19 @@ def split_cores(cores: list[tuple[int, ...]], k: int, layout: str) -> list[list[
 
 def omp_cpus_of(slice_cores: list[tuple[int, ...]], policy: Policy) -> tuple[int, ...]:
     """OpenMP's CPUs: the highest sibling of each core (as vLLM's auto picks); without
-    SMT, the slice's last `reserve_cpus` cores are left to the API server and scheduler,
-    as long as one core remains for OpenMP."""
+    SMT, a slice of `reserve_from_cores` or more leaves its last `reserve_cpus` cores to
+    the API server and scheduler."""
     omp = [ids[-1] for ids in slice_cores]
-    smt = any(len(ids) > 1 for ids in slice_cores)
-    if not smt:
-        omp = omp[: max(1, len(omp) - policy.reserve_cpus)]
+    if not any(len(ids) > 1 for ids in slice_cores) and len(omp) >= policy.reserve_from_cores:
+        omp = omp[: len(omp) - policy.reserve_cpus]
     return tuple(sorted(omp))
 
 
-def min_slice_cores(smt: bool, policy: Policy) -> int:
-    """The smallest slice that keeps a CPU apart from OpenMP."""
-    return 1 if smt else policy.reserve_cpus + 1
-
-
-def cores_per_instance(model: Model, policy: Policy, smt: bool) -> int:
+def cores_per_instance(model: Model, policy: Policy) -> int:
     if model.weight_bytes <= 0:
         return policy.max_cores_per_instance
     per_core_step = policy.core_bandwidth_gbs * 1e9 * policy.tpot_target_ms / 1000
-    wanted = min(policy.max_cores_per_instance, math.ceil(model.weight_bytes / per_core_step))
-    return max(min_slice_cores(smt, policy), wanted)
+    return max(1, min(policy.max_cores_per_instance, math.ceil(model.weight_bytes / per_core_step)))
 
 
 # -- memory ------------------------------------------------------------------
@@ -311,15 +305,13 @@ def make_plan(host: Host, model: Model, policy: Policy | None = None) -> Plan:
     notes: list[str] = []
     fixed = fixed_cost(model, policy)
     min_kv = policy.min_kv_cache_gib * GIB
-    smt = any(len(ids) > 1 for node_cores in cores.values() for ids in node_cores)
-    per_instance = cores_per_instance(model, policy, smt)
+    per_instance = cores_per_instance(model, policy)
     counts = instances_per_node(cores, policy, per_instance)
     if policy.instances is None:
         notes.append(
             f"auto: {model.weight_gib:.2f} GiB of weights need {per_instance} core(s) per "
             f"instance to keep a decode step under {policy.tpot_target_ms:g} ms at "
-            f"~{policy.core_bandwidth_gbs:g} GB/s per core (cap {policy.max_cores_per_instance}, "
-            f"at least {min_slice_cores(smt, policy)} to keep a CPU for the API server)"
+            f"~{policy.core_bandwidth_gbs:g} GB/s per core (cap {policy.max_cores_per_instance})"
         )
     idle = sorted(set(cores) - set(counts))
     if idle:
@@ -406,12 +398,6 @@ def make_plan(host: Host, model: Model, policy: Policy | None = None) -> Plan:
         for slice_cores in split_cores(cores[node_id], k, policy.layout):
             index = len(instances)
             omp = omp_cpus_of(slice_cores, policy)
-            if len(slice_cores) < min_slice_cores(smt, policy):
-                warnings.append(
-                    f"instance {index} has {len(slice_cores)} core(s) without SMT: its API "
-                    "server and scheduler share the OpenMP core, which costs throughput; "
-                    "use fewer instances"
-                )
             env = {
                 "VLLM_CPU_KVCACHE_SPACE": str(kv),
                 "VLLM_CPU_OMP_THREADS_BIND": format_cpu_list(omp),
@@ -441,6 +427,13 @@ def make_plan(host: Host, model: Model, policy: Policy | None = None) -> Plan:
             f"KV {kv} GiB each{tokens}"
         )
 
+    shared = [i.name for i in instances if set(i.cpus) == set(i.omp_cpus)]
+    if shared:
+        notes.append(
+            f"{', '.join(shared)}: under {policy.reserve_from_cores} cores without SMT, OpenMP "
+            "gets every core and the API server and scheduler share them (a core kept apart "
+            "would be too large a share of the compute)"
+        )
     last_port = policy.base_port + len(instances) - 1
     if last_port > 65535:
         raise PlanError(f"ports {policy.base_port}-{last_port} run past 65535; lower --base-port")

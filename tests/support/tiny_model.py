@@ -1,13 +1,18 @@
-"""A tiny random-weight Llama that real vLLM serves, made offline in about a second.
+"""Small random-weight Llamas that real vLLM serves, made offline in seconds.
 
 No hub and no torch: weights are numpy bfloat16 bits written with a
 hand-made safetensors header, and the byte-level BPE tokenizer is trained
-locally with `tokenizers` on generated text. head_dim is 32 because vLLM's
-CPU attention rejects 16 at the first request (the server passes /health and
-then dies), so a smoke test must send a real completion.
+locally with `tokenizers` on generated text. head_dim is at least 32 because
+vLLM's CPU attention rejects 16 at the first request (the server passes
+/health and then dies), so a smoke test must send a real completion.
 
-    ensure_tiny_model() -> Path    cached under $ZENVLLM_CACHE/models/tiny-llama
-    python tests/support/tiny_model.py [DIR]
+Two shapes: `tiny` (0.2 M parameters) for the tests, where only start-up and
+correctness matter; `bench` (26 M) for the benchmark, big enough that the
+forward pass, not vLLM's Python per-step work, is what the CPU spends most
+time on, as with every real model.
+
+    ensure_tiny_model(shape="tiny") -> Path    cached under $ZENVLLM_CACHE/models/
+    python tests/support/tiny_model.py [--shape bench] [DIR]
 """
 
 from __future__ import annotations
@@ -19,27 +24,41 @@ import shutil
 import struct
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 # Bump when the recipe changes: a cached model with another version is remade.
 RECIPE = 1
-HIDDEN = 128
-LAYERS = 2
-HEADS = 4
-KV_HEADS = 4
-HEAD_DIM = HIDDEN // HEADS  # 32
-INTERMEDIATE = 256
 VOCAB = 512
 MAX_LEN = 512
 SPECIAL = ["<unk>", "<s>", "</s>"]
 SEED = 1234
 
 
-def default_dir() -> Path:
+@dataclass(frozen=True)
+class Shape:
+    name: str  # the directory: tiny-llama, bench-llama
+    hidden: int
+    layers: int
+    heads: int
+    intermediate: int
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+
+SHAPES = {
+    "tiny": Shape("tiny-llama", hidden=128, layers=2, heads=4, intermediate=256),
+    "bench": Shape("bench-llama", hidden=512, layers=8, heads=8, intermediate=1408),
+}
+
+
+def default_dir(shape: Shape = SHAPES["tiny"]) -> Path:
     cache = Path(os.environ.get("ZENVLLM_CACHE", "/var/cache/zenvllm"))
-    return cache / "models" / "tiny-llama"
+    return cache / "models" / shape.name
 
 
 def corpus(lines: int = 2000, seed: int = SEED) -> list[str]:
@@ -137,25 +156,26 @@ def to_bf16_bits(array: np.ndarray) -> np.ndarray:
     return (rounded >> 16).astype(np.uint16)
 
 
-def tensor_shapes(vocab: int) -> dict[str, tuple[int, ...]]:
+def tensor_shapes(shape: Shape, vocab: int) -> dict[str, tuple[int, ...]]:
+    h, ff = shape.hidden, shape.intermediate
     shapes: dict[str, tuple[int, ...]] = {
-        "model.embed_tokens.weight": (vocab, HIDDEN),
-        "model.norm.weight": (HIDDEN,),
-        "lm_head.weight": (vocab, HIDDEN),
+        "model.embed_tokens.weight": (vocab, h),
+        "model.norm.weight": (h,),
+        "lm_head.weight": (vocab, h),
     }
-    for i in range(LAYERS):
+    for i in range(shape.layers):
         p = f"model.layers.{i}."
         shapes.update(
             {
-                p + "input_layernorm.weight": (HIDDEN,),
-                p + "post_attention_layernorm.weight": (HIDDEN,),
-                p + "self_attn.q_proj.weight": (HEADS * HEAD_DIM, HIDDEN),
-                p + "self_attn.k_proj.weight": (KV_HEADS * HEAD_DIM, HIDDEN),
-                p + "self_attn.v_proj.weight": (KV_HEADS * HEAD_DIM, HIDDEN),
-                p + "self_attn.o_proj.weight": (HIDDEN, HEADS * HEAD_DIM),
-                p + "mlp.gate_proj.weight": (INTERMEDIATE, HIDDEN),
-                p + "mlp.up_proj.weight": (INTERMEDIATE, HIDDEN),
-                p + "mlp.down_proj.weight": (HIDDEN, INTERMEDIATE),
+                p + "input_layernorm.weight": (h,),
+                p + "post_attention_layernorm.weight": (h,),
+                p + "self_attn.q_proj.weight": (h, h),
+                p + "self_attn.k_proj.weight": (h, h),
+                p + "self_attn.v_proj.weight": (h, h),
+                p + "self_attn.o_proj.weight": (h, h),
+                p + "mlp.gate_proj.weight": (ff, h),
+                p + "mlp.up_proj.weight": (ff, h),
+                p + "mlp.down_proj.weight": (h, ff),
             }
         )
     return shapes
@@ -182,28 +202,28 @@ def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
             f.write(data.astype("<u2").tobytes())
 
 
-def weights(vocab: int, seed: int = SEED) -> dict[str, np.ndarray]:
+def weights(shape: Shape, vocab: int, seed: int = SEED) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     out = {}
-    for name, shape in tensor_shapes(vocab).items():
+    for name, dims in tensor_shapes(shape, vocab).items():
         if name.endswith("norm.weight"):
-            values = np.ones(shape, dtype=np.float32)
+            values = np.ones(dims, dtype=np.float32)
         else:
-            values = rng.normal(0.0, 0.02, size=shape).astype(np.float32)
+            values = rng.normal(0.0, 0.02, size=dims).astype(np.float32)
         out[name] = to_bf16_bits(values)
     return out
 
 
-def config(vocab: int, bos: int, eos: int) -> dict:
+def config(shape: Shape, vocab: int, bos: int, eos: int) -> dict:
     return {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
-        "hidden_size": HIDDEN,
-        "intermediate_size": INTERMEDIATE,
-        "num_hidden_layers": LAYERS,
-        "num_attention_heads": HEADS,
-        "num_key_value_heads": KV_HEADS,
-        "head_dim": HEAD_DIM,
+        "hidden_size": shape.hidden,
+        "intermediate_size": shape.intermediate,
+        "num_hidden_layers": shape.layers,
+        "num_attention_heads": shape.heads,
+        "num_key_value_heads": shape.heads,
+        "head_dim": shape.head_dim,
         "hidden_act": "silu",
         "max_position_embeddings": MAX_LEN,
         "rms_norm_eps": 1e-5,
@@ -217,7 +237,7 @@ def config(vocab: int, bos: int, eos: int) -> dict:
     }
 
 
-def write_model(directory: Path) -> None:
+def write_model(directory: Path, shape: Shape) -> None:
     tok = train_tokenizer()
     vocab = tok.get_vocab_size()
     bos, eos = tok.token_to_id("<s>"), tok.token_to_id("</s>")
@@ -238,11 +258,11 @@ def write_model(directory: Path) -> None:
     (directory / "special_tokens_map.json").write_text(
         json.dumps({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}, indent=2)
     )
-    (directory / "config.json").write_text(json.dumps(config(vocab, bos, eos), indent=2))
+    (directory / "config.json").write_text(json.dumps(config(shape, vocab, bos, eos), indent=2))
     (directory / "generation_config.json").write_text(
         json.dumps({"bos_token_id": bos, "eos_token_id": eos}, indent=2)
     )
-    write_safetensors(directory / "model.safetensors", weights(vocab))
+    write_safetensors(directory / "model.safetensors", weights(shape, vocab))
 
 
 def is_current(directory: Path) -> bool:
@@ -253,15 +273,15 @@ def is_current(directory: Path) -> bool:
     return cfg.get("zenvllm_tiny_recipe") == RECIPE and (directory / "model.safetensors").exists()
 
 
-def ensure_tiny_model(directory: Path | None = None) -> Path:
-    """The tiny model's directory, made (atomically) only if missing or stale."""
-    directory = Path(directory) if directory else default_dir()
+def ensure_tiny_model(directory: Path | None = None, shape: str = "tiny") -> Path:
+    """The model's directory, made (atomically) only if missing or stale."""
+    directory = Path(directory) if directory else default_dir(SHAPES[shape])
     if is_current(directory):
         return directory
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}-"))
     try:
-        write_model(tmp)
+        write_model(tmp, SHAPES[shape])
         # Readable by the image's non-root user when mounted read-only.
         tmp.chmod(0o755)
         for f in tmp.iterdir():
@@ -276,5 +296,8 @@ def ensure_tiny_model(directory: Path | None = None) -> Path:
 
 
 if __name__ == "__main__":
-    target = Path(sys.argv[1]) if len(sys.argv) > 1 else None
-    print(ensure_tiny_model(target))
+    args = sys.argv[1:]
+    chosen = "tiny"
+    if args[:1] == ["--shape"]:
+        chosen, args = args[1], args[2:]
+    print(ensure_tiny_model(Path(args[0]) if args else None, chosen))

@@ -126,21 +126,21 @@ def test_two_core_machine_folds_identical_layouts():
         list(bench.SPECS), host("test-machine-zen4-2cpu"), TINY, 8401, 512
     )
     by_name = {c.name: c for c in configs}
-    # One node of two cores: auto is one instance with a spare core, so single, per-node
-    # and interleaved are all the same run, folded into the planner's own configuration.
-    assert by_name["auto"].same_as == ("single", "per-node", "auto-interleaved")
-    assert set(by_name) == {"stock", "auto", "two-per-node", "zen-auto", "gateway"}
-    # Two per node is what auto used to pick here: 1-core slices with no spare core.
-    assert [(s.cpus, s.omp_bind) for s in by_name["two-per-node"].servers] == [
-        ("0", "0"),
-        ("1", "1"),
-    ]
-    assert any("per-node: identical to auto" in n for n in notes)
-    assert [(s.cpus, s.omp_bind) for s in by_name["auto"].servers] == [("0-1", "0")]
-    assert by_name["auto"].shape == "1 x 2 CPUs"
+    # One node of two cores and a small model: auto is one instance per core, the same
+    # run as two-per-node and interleaved; single and per-node are one 2-core instance.
+    assert by_name["auto"].same_as == ("two-per-node", "auto-interleaved")
+    assert by_name["single"].same_as == ("per-node",)
+    assert set(by_name) == {"stock", "auto", "single", "zen-auto", "zen-single", "gateway"}
+    assert [(s.cpus, s.omp_bind) for s in by_name["auto"].servers] == [("0", "0"), ("1", "1")]
+    assert by_name["auto"].shape == "2 x 1 CPU"
+    assert any("two-per-node: identical to auto" in n for n in notes)
+    # Under 8 cores without SMT, OpenMP gets every core of the slice (vLLM's auto keeps one).
+    assert [(s.cpus, s.omp_bind) for s in by_name["single"].servers] == [("0-1", "0-1")]
+    assert by_name["single"].shape == "1 x 2 CPUs"
     # zen differs from plain by image and env, so it is never folded into it.
     assert by_name["zen-auto"].target == "zen"
-    assert by_name["zen-auto"].same_as == ("zen-single",)
+    assert by_name["zen-auto"].same_as == ()
+    assert by_name["zen-auto"].shape == "2 x 1 CPU"
     assert by_name["zen-auto"].servers[0].env["VLLM_ZENTORCH_WEIGHT_PREPACK"] == "1"
     assert by_name["gateway"].servers == ()
 
@@ -188,7 +188,7 @@ def test_planned_servers_run_with_the_plans_placement():
     configs, _ = bench.resolve(["stock", "auto"], host("vm-milan-8vcpu-avx2"), TINY, 8401, 512)
     second = configs[1].servers[1]
     argv = bench.server_command(second, "img:1", Path("/m"), 512, True, "r1")
-    assert "--cpuset-cpus=2-3" in argv and "--cpuset-mems=0" in argv
+    assert "--cpuset-cpus=2" in argv and "--cpuset-mems=0" in argv
     assert "VLLM_CPU_OMP_THREADS_BIND=2" in argv
     assert argv[argv.index("--port") + 1] == "8402"
     assert "--network" in argv and argv[argv.index("--network") + 1] == "host"
@@ -319,7 +319,7 @@ def test_tables_are_shaped_like_amds():
     assert amd[0] == "| Model | stock | auto | autovsstock |"
     assert amd[2] == "| tiny-llama | 400 | 600 | 1.500 |"
     text = bench.markdown(doc)
-    assert "| auto | 4 x 2 CPUs | 600 | 560-700 |" in text
+    assert "| auto | 7 x 1/2 CPUs | 600 | 560-700 |" in text
     assert "1.500x" in text and "acceptance 1.3x: met" in text
 
 

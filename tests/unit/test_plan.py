@@ -121,29 +121,43 @@ def test_smt_siblings_serve_the_api_server_and_omp_takes_one_per_core():
     assert inst.omp_cpus == tuple(range(12, 24))  # the highest sibling, like vLLM's auto
 
 
-def test_tiny_model_on_the_two_core_test_machine_gets_one_instance_with_a_spare_core():
+def test_small_model_on_the_two_core_test_machine_gets_one_instance_per_core():
     plan = make_plan(flavor(2, 24, cpu="genoa"), TINY)
-    # OpenMP on core 0; core 1 is the API server's and scheduler's, as vLLM's auto does.
-    assert [(i.cpus, i.omp_threads_bind, i.port) for i in plan.instances] == [((0, 1), "0", 8001)]
-    # KV is capped by what 256 sequences of 512 tokens can use, then raised to the minimum.
-    assert [i.kv_cache_gib for i in plan.instances] == [1]
-
-
-def test_small_model_slices_keep_a_core_apart_without_smt():
-    plan = make_plan(flavor(8, 64), TINY)
-    assert [(i.cpus, i.omp_threads_bind) for i in plan.instances] == [
-        ((0, 1), "0"),
-        ((2, 3), "2"),
-        ((4, 5), "4"),
-        ((6, 7), "6"),
+    # 1-core slices, OpenMP on their only core: the bench's best layout on this machine.
+    assert [(i.cpus, i.omp_threads_bind, i.port) for i in plan.instances] == [
+        ((0,), "0", 8001),
+        ((1,), "1", 8002),
     ]
+    # KV is capped by what 256 sequences of 512 tokens can use, then raised to the minimum.
+    assert [i.kv_cache_gib for i in plan.instances] == [1, 1]
+    assert any("OpenMP gets every core" in n for n in plan.notes)
     assert not plan.warnings
 
 
-def test_explicit_one_core_slices_are_warned_about():
-    plan = make_plan(flavor(2, 24, cpu="genoa"), TINY, Policy(instances=2))
-    assert [i.omp_threads_bind for i in plan.instances] == ["0", "1"]
-    assert any("share the OpenMP core" in w for w in plan.warnings)
+def test_small_slices_without_smt_give_openmp_every_core():
+    plan = make_plan(flavor(8, 64), model_of_size(0.5), Policy(instances=2))
+    assert [(i.cpus, i.omp_threads_bind) for i in plan.instances] == [
+        ((0, 1, 2, 3), "0-3"),
+        ((4, 5, 6, 7), "4-7"),
+    ]
+
+
+def test_big_slices_without_smt_keep_a_core_apart_like_vllm():
+    plan = make_plan(flavor(16, 64), model_of_size(0.5), Policy(instances=2))
+    assert [(i.cpus, i.omp_threads_bind) for i in plan.instances] == [
+        (tuple(range(8)), "0-6"),
+        (tuple(range(8, 16)), "8-14"),
+    ]
+    assert not any("OpenMP gets every core" in n for n in plan.notes)
+    # The threshold is a policy knob.
+    plan = make_plan(flavor(8, 64), model_of_size(0.5), Policy(instances=2, reserve_from_cores=4))
+    assert [i.omp_threads_bind for i in plan.instances] == ["0-2", "4-6"]
+
+
+def test_smt_slices_leave_the_siblings_and_keep_every_core():
+    plan = make_plan(flavor(16, 64, smt=2), model_of_size(0.5), Policy(instances=2))
+    for inst in plan.instances:
+        assert len(inst.omp_cpus) == len(inst.cpus) // 2
 
 
 def test_interleaved_layout_deals_cores_round_robin():

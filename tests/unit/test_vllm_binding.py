@@ -4,7 +4,8 @@
 does for one rank (tensor parallel 1, x86): take the first visible memory
 node, keep one logical CPU per physical core (the highest-numbered sibling),
 and reserve one CPU (the last) for the engine's other processes when more than
-one was selected. Each test names where zenvllm deliberately differs.
+one was selected (on x86 even for a single rank). Each test names where zenvllm
+deliberately differs.
 """
 
 from __future__ import annotations
@@ -44,9 +45,11 @@ def test_single_instance_binding_matches_vllm_up_to_the_reserve(name, host):
     """Same core choice as vLLM (one thread per core, highest sibling, on one node).
 
     Difference 1, the reserve: vLLM always takes one core away from OpenMP for
-    the engine's other processes; with SMT, zenvllm gives them the idle
-    siblings instead and keeps every core for OpenMP. Without SMT both reserve
-    the last core.
+    the engine's other processes. With SMT, zenvllm gives them the idle
+    siblings instead and keeps every core for OpenMP; without SMT it reserves
+    the last core as vLLM does from 8 cores on, and below that keeps every
+    core for OpenMP (on 2 cores the reserve cost 29% of the bench model's
+    throughput).
     """
     vllm_omp, vllm_reserved = vllm_auto(host)
     plan = make_plan(host, TINY, Policy(instances=1))
@@ -55,8 +58,10 @@ def test_single_instance_binding_matches_vllm_up_to_the_reserve(name, host):
     if host.smt:
         assert ours == sorted(vllm_omp + vllm_reserved)
         assert set(inst.cpus) - set(ours)  # the siblings left for the API server
-    else:
+    elif len(vllm_omp + vllm_reserved) >= Policy().reserve_from_cores:
         assert ours == vllm_omp
+    else:
+        assert ours == sorted(vllm_omp + vllm_reserved)
     # ... and the reserve is still in the container's cpuset for the API server.
     assert set(vllm_reserved) <= set(inst.cpus)
 
@@ -73,8 +78,8 @@ def test_auto_uses_every_node_and_splits_big_ones(name, host):
     assert covered >= set(vllm_omp) | set(vllm_reserved)
     nodes_with_cpus = {n.id for n in host.nodes if n.cpus}
     assert {i.node for i in plan.instances} == nodes_with_cpus
-    # The tiny model: the smallest slices that still keep a CPU apart from OpenMP.
-    for inst in plan.instances:
-        assert len(inst.cpus) > len(inst.omp_cpus) or len(host.allowed_cpus) == 1
-    if len(host.allowed_cpus) >= 4:
+    # The tiny model needs one core per instance: every node splits as far as its
+    # cores (and memory) allow, and every OpenMP thread has a core of its own.
+    if len(host.allowed_cpus) >= 2:
         assert len(plan.instances) > 1
+    assert all(set(i.omp_cpus) <= set(i.cpus) for i in plan.instances)
