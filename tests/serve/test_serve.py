@@ -49,7 +49,9 @@ def server(image):
         "512",
         "--dtype",
         "bfloat16",
-        run_opts=("--shm-size=1g", "--health-interval=5s", "-v", f"{model}:/model:ro"),
+        # No --shm-size or VLLM_CPU_* env: the launcher plans them (the project's engine
+        # gives containers 1 GiB of /dev/shm, where Docker's own default is 64 MiB).
+        run_opts=("--health-interval=5s", "-v", f"{model}:/model:ro"),
     ) as name:
         engine.wait_for(
             lambda: healthy(port) or "initialization failed" in engine.logs(name),
