@@ -101,19 +101,7 @@ def test_zen_starts_and_logs_zentorch_state_as_the_cpu_flags_say(zen_image):
     expect_active = host.vendor == "AuthenticAMD" and {"avx512f", "avx512_bf16"} <= host.flags
     model = ensure_tiny_model()
     port = engine.free_port()
-    with engine.container(
-        zen_image,
-        "--model",
-        "/model",
-        "--port",
-        str(port),
-        "--max-model-len",
-        "512",
-        "--dtype",
-        "bfloat16",
-        "--enforce-eager",
-        run_opts=("--shm-size=1g", "-v", f"{model}:/model:ro"),
-    ) as name:
+    with engine.serve(zen_image, model, port, "--enforce-eager") as name:
         line = engine.wait_for(
             lambda: re.search(r"zenvllm-launch: (zentorch .*)", engine.logs(name)),
             120,

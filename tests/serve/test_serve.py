@@ -39,20 +39,8 @@ def server(image):
     model = ensure_tiny_model()
     port = engine.free_port()
     start = time.monotonic()
-    with engine.container(
-        image,
-        "--model",
-        "/model",
-        "--port",
-        str(port),
-        "--max-model-len",
-        "512",
-        "--dtype",
-        "bfloat16",
-        # No --shm-size or VLLM_CPU_* env: the launcher plans them (the project's engine
-        # gives containers 1 GiB of /dev/shm, where Docker's own default is 64 MiB).
-        run_opts=("--health-interval=5s", "-v", f"{model}:/model:ro"),
-    ) as name:
+    # The project's engine gives containers 1 GiB of /dev/shm (Docker's default is 64 MiB).
+    with engine.serve(image, model, port, run_opts=("--health-interval=5s",)) as name:
         engine.wait_for(
             lambda: healthy(port) or "initialization failed" in engine.logs(name),
             420,

@@ -106,6 +106,18 @@ def container(image: str, *args: str, run_opts: tuple[str, ...] = ()) -> Iterato
         docker("rm", "-f", name, check=False)
 
 
+def serve(image: str, model: Path, port: int, *extra: str, run_opts: tuple[str, ...] = ()):
+    """`docker run IMAGE --model /model` as a user runs it: the model mounted read-only,
+    no --shm-size and no VLLM_CPU_* env (the launcher plans them), `extra` vLLM arguments
+    after the usual ones. A context manager, like `container`."""
+    return container(
+        image,
+        *("--model", "/model", "--port", str(port), "--max-model-len", "512"),
+        *("--dtype", "bfloat16", *extra),
+        run_opts=(*run_opts, "-v", f"{model}:/model:ro"),
+    )
+
+
 def logs(name: str) -> str:
     done = docker("logs", name, check=False)
     return done.stdout + done.stderr
