@@ -82,8 +82,13 @@ def logs_tail(name: str, lines: int = 25) -> str:
     return (done.stdout + done.stderr).strip()
 
 
+# vLLM's API server can outlive a dead engine core and never answer /health.
+ENGINE_FAILED = "Engine core initialization failed"
+
+
 def wait_ready(names_ports: list[tuple[str, int]], timeout_s: float) -> float:
-    """Poll /health until every server answers; fail fast when a container dies."""
+    """Poll /health until every server answers; fail fast when a container or its
+    engine dies."""
     start = time.monotonic()
     pending = dict(names_ports)
     while pending:
@@ -94,6 +99,8 @@ def wait_ready(names_ports: list[tuple[str, int]], timeout_s: float) -> float:
             state = docker("inspect", "-f", "{{.State.Status}}", name, check=False).stdout.strip()
             if state != "running":
                 raise RuntimeError(f"{name} stopped ({state or 'gone'}):\n{logs_tail(name)}")
+            if ENGINE_FAILED in logs_tail(name, 200):
+                raise RuntimeError(f"{name}: vLLM's engine failed to start:\n{logs_tail(name)}")
         if not pending:
             break
         if time.monotonic() - start > timeout_s:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from zenvllm.errors import UserError
 from zenvllm.host import Host
+from zenvllm.topology import format_cpu_list, parse_cpu_list
 
 MANIFEST = Path("/etc/zenvllm/image.json")
 PORT_FILE = Path("/tmp/zenvllm.port")  # read by `python -m zenvllm.health`
@@ -128,6 +129,32 @@ def shm_problem(free_bytes: int | None, planned_mib: int) -> str | None:
         f"{SHM_MIN_MIB} MiB for its message queues; run the container with "
         f"--shm-size={max(planned_mib, SHM_MIN_MIB)}m (the plan's size) or --ipc=host"
     )
+
+
+def bind_problem(bind: str, allowed: frozenset[int]) -> str | None:
+    """Why an explicit VLLM_CPU_OMP_THREADS_BIND cannot work in this container; None when
+    it can. Intel OpenMP skips CPUs outside the cpuset with a log warning and then runs
+    unbound, so a stale or mistyped list would silently cost the binding."""
+    if bind in ("", "auto", "nobind"):
+        return None
+    here = format_cpu_list(allowed)
+    try:
+        named = {cpu for rank in bind.split("|") for cpu in parse_cpu_list(rank)}
+    except ValueError:
+        named = set()
+    if not named:
+        return (
+            f"VLLM_CPU_OMP_THREADS_BIND={bind!r} is not a CPU list; give CPUs of this "
+            f"container ({here}) such as {here}, ranks split by '|', or auto, or leave it unset"
+        )
+    outside = named - allowed
+    if outside:
+        return (
+            f"VLLM_CPU_OMP_THREADS_BIND={bind} names CPU(s) {format_cpu_list(outside)} outside "
+            f"this container's CPUs {here}, which OpenMP would skip and then run unbound; "
+            "bind within them or leave it unset for the planned binding"
+        )
+    return None
 
 
 def shm_free(path: str = "/dev/shm") -> int | None:
@@ -307,7 +334,8 @@ def prepare(argv: list[str], env: dict[str, str], host: Host, manifest: dict) ->
     for line in lines:
         log(line)
 
-    problem = shm_problem(shm_free(env.get("ZENVLLM_SHM", "/dev/shm")), shm_mib)
+    problem = bind_problem(env.get("VLLM_CPU_OMP_THREADS_BIND", ""), host.allowed_cpus)
+    problem = problem or shm_problem(shm_free(env.get("ZENVLLM_SHM", "/dev/shm")), shm_mib)
     if problem:
         raise UserError(problem)
 

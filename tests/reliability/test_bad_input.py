@@ -215,6 +215,24 @@ def test_port_already_in_use(tmp_path):
     assert seconds < 60, seconds  # not after loading a model
 
 
+def test_omp_bind_outside_the_containers_cpus():
+    image_present()
+    from support.tiny_model import ensure_tiny_model
+
+    model = ensure_tiny_model()
+    done = docker(
+        "run", "--rm", "--cpuset-cpus", "0", "--env", "VLLM_CPU_OMP_THREADS_BIND=0-3",
+        "--volume", f"{model}:/model:ro", IMAGE, "--model", "/model", check=False,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert (
+        "VLLM_CPU_OMP_THREADS_BIND=0-3 names CPU(s) 1-3 outside this container's CPUs 0"
+        in done.stderr
+    ), done.stderr[-3000:]
+    assert "leave it unset for the planned binding" in done.stderr  # the fix
+    assert "exec vllm" not in done.stderr  # refused before vLLM started
+
+
 def test_build_failing_half_way(tmp_path):
     engine_up()
     tag = "zenvllm/reliability-broken:test"

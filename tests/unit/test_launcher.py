@@ -105,6 +105,28 @@ def test_small_shm_is_refused_with_the_fix():
     assert launcher.shm_problem(1 << 30, 1024) is None
 
 
+@pytest.mark.parametrize("bind", ["", "auto", "nobind", "0-1", "0|1", "1"])
+def test_binds_within_the_container_pass(bind):
+    assert launcher.bind_problem(bind, frozenset({0, 1})) is None
+
+
+def test_a_bind_outside_the_containers_cpus_is_refused_with_the_fix():
+    assert launcher.bind_problem("0-3|99", frozenset({0, 1})) == (
+        "VLLM_CPU_OMP_THREADS_BIND=0-3|99 names CPU(s) 2-3,99 outside this container's "
+        "CPUs 0-1, which OpenMP would skip and then run unbound; bind within them or "
+        "leave it unset for the planned binding"
+    )
+    message = launcher.bind_problem("cores 0 to 3", frozenset({0, 1}))
+    assert message.startswith("VLLM_CPU_OMP_THREADS_BIND='cores 0 to 3' is not a CPU list")
+
+
+def test_prepare_refuses_an_explicit_bind_outside_the_container(zen4, monkeypatch):
+    monkeypatch.setattr(launcher, "shm_free", lambda path="/dev/shm": 1 << 30)
+    env = {"LD_PRELOAD": "", "VLLM_CPU_OMP_THREADS_BIND": "8-15"}
+    with pytest.raises(UserError, match="CPU\\(s\\) 8-15 outside this container's CPUs 0-1"):
+        launcher.prepare(["--model", "/m"], env, zen4, {})
+
+
 def test_prepare_plans_the_container_and_keeps_explicit_env(zen4, tmp_path, monkeypatch):
     model = ensure_tiny_model()
     monkeypatch.setattr(launcher, "shm_free", lambda path="/dev/shm": 1 << 30)
