@@ -144,8 +144,8 @@ def bind_problem(bind: str, allowed: frozenset[int]) -> str | None:
         named = set()
     if not named:
         return (
-            f"VLLM_CPU_OMP_THREADS_BIND={bind!r} is not a CPU list; give CPUs of this "
-            f"container ({here}) such as {here}, ranks split by '|', or auto, or leave it unset"
+            f"VLLM_CPU_OMP_THREADS_BIND={bind!r} is not a CPU list; give one such as {here} "
+            "(this container's CPUs), ranks split by '|', or auto, or leave it unset"
         )
     outside = named - allowed
     if outside:
