@@ -15,7 +15,7 @@ export ZENVLLM_EXTRA_CA_CERTS ?= $(wildcard /usr/local/share/ca-certificates)
 PYTEST  := mkdir -p $(CURDIR)/.cache && $(BIN)/pytest -p no:cacheprovider --basetemp=$(CURDIR)/.cache/pytest
 
 .PHONY: help venv lint unit test test-fast engine base-image tiny-model image deploy bench \
-        test-image test-serve test-ansible test-bench test-reliability clean
+        bench-images test-image test-serve test-ansible test-bench test-reliability clean
 
 help:
 	@echo "make deploy MODEL=DIR   build the image and serve MODEL on this host (Ansible)"
@@ -23,6 +23,7 @@ help:
 	@echo "make test-fast          lint + pure-logic unit tests"
 	@echo "make image [TARGET=..]  build an image (vllm-openai, zen, pace)"
 	@echo "make bench              benchmark stock vs planned layouts"
+	@echo "make bench-images       image sizes and cold/warm build times"
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -88,6 +89,12 @@ bench: venv engine
 	$(BIN)/zenvllm bench --gateway deploy --out $(BENCH_OUT) $(BENCH_ARGS) \
 	  --model "$(or $(MODEL),$$($(BIN)/python tests/support/tiny_model.py --shape bench))"
 	$(BIN)/python -m zenvllm.bench $(BENCH_OUT)
+
+# Image figures, not tests (~20 min): each target's size and cold/warm build time beside
+# the blog's single-stage recipe; logs stay in out/images, the figures go to docs/images.
+bench-images: venv engine base-image
+	$(BIN)/python scripts/bench_images.py --out out/images
+	mkdir -p docs/images && cp out/images/figures.json out/images/figures.md docs/images/
 
 test-bench: venv engine
 	$(PYTEST) -q tests/bench
