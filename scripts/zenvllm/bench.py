@@ -19,7 +19,7 @@ from pathlib import Path
 from zenvllm.errors import PlanError, UserError
 from zenvllm.host import Host
 from zenvllm.model import Model
-from zenvllm.plan import Plan, Policy, make_plan
+from zenvllm.plan import Plan, Policy, make_plan, usable_cores
 from zenvllm.topology import format_cpu_list, parse_cpu_list
 
 # vLLM's CPU guide, "How to decide VLLM_CPU_KVCACHE_SPACE?": "This value is 4GB by default".
@@ -281,7 +281,7 @@ def servers_of(plan: Plan, prefix: str) -> tuple[Server, ...]:
 def policy_of(spec: Spec, host: Host, base_port: int, max_model_len: int) -> Policy:
     instances = spec.instances
     if instances in ("per-node", "two-per-node"):
-        nodes = sum(1 for n in host.nodes if set(n.cpus) & host.allowed_cpus)
+        nodes = len(usable_cores(host))  # the nodes the planner can place on
         instances = nodes * (2 if instances == "two-per-node" else 1)
     return Policy(
         instances=instances,  # type: ignore[arg-type]
