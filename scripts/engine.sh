@@ -5,7 +5,9 @@
 # masquerading rules, so the machine's network is left alone: builds and
 # containers use --network host (zenvllm passes it everywhere). Containers get a
 # 1 GiB /dev/shm by default: vLLM 0.32's message queues need ~400 MiB and Docker's
-# 64 MiB default makes a bare `docker run IMAGE --model DIR` fail.
+# 64 MiB default makes a bare `docker run IMAGE --model DIR` fail. BuildKit's
+# cache is garbage-collected down to ZENVLLM_BUILD_CACHE (default 20GB): left
+# alone it grew to 70 GB in a day of image builds and filled the disk.
 set -euo pipefail
 
 : "${DOCKER_HOST:=unix:///run/zenvllm/docker.sock}"
@@ -27,9 +29,12 @@ if ! command -v dockerd >/dev/null 2>&1; then
 fi
 
 mkdir -p "$state" "$run/exec"
+cat >"$run/daemon.json" <<EOF
+{"builder": {"gc": {"enabled": true, "defaultKeepStorage": "${ZENVLLM_BUILD_CACHE:-20GB}"}}}
+EOF
 echo "engine: starting dockerd on $DOCKER_HOST (data in $state)" >&2
 nohup dockerd --iptables=false --ip-masq=false --bridge=none --default-shm-size=1g \
-    --data-root "$state" --exec-root "$run/exec" \
+    --config-file "$run/daemon.json" --data-root "$state" --exec-root "$run/exec" \
     -H "unix://$sock" --pidfile "$run/dockerd.pid" \
     >"$run/dockerd.log" 2>&1 &
 

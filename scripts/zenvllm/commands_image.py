@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -100,8 +99,8 @@ def run_build(args: argparse.Namespace) -> int:
     print(f"build: {context.target} as {tag} with {engine.binary} ({builder})", file=sys.stderr)
     previous = build.image_id(engine, tag)
     start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="zenvllm-ctx-") as tmp:
-        ctx = images.write_context(context, Path(tmp) / "context")
+    with build.context_dir(baseimage.cache_dir(), context.target) as ctx:
+        images.write_context(context, ctx)
         image = build.build_context(
             engine, ctx, tag, args.network, base, _path(args.log), args.no_cache
         )

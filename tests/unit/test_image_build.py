@@ -71,3 +71,20 @@ def test_base_image_imports_the_cached_tarball_without_debootstrap(monkeypatch, 
     monkeypatch.setattr(baseimage, "import_tarball", lambda e, t, tag: imported.append((t, tag)))
     baseimage.ensure_base_image(cache=tmp_path)
     assert imported == [(tarball, "zenvllm/debian:bookworm")]
+
+
+def test_a_target_builds_from_the_same_context_path_every_time(tmp_path):
+    # BuildKit keys its copy of a local context by path: a new path per build
+    # is one more full copy in its cache.
+    with build.context_dir(tmp_path, "zen") as first:
+        pass
+    with build.context_dir(tmp_path, "zen") as second:
+        assert second == first == tmp_path / "contexts" / "zen"
+    with build.context_dir(tmp_path, "vllm-openai") as other:
+        assert other != first
+
+
+def test_an_unwritable_context_cache_names_the_way_out(tmp_path):
+    (tmp_path / "contexts").write_text("a file where a directory should be")
+    with pytest.raises(UserError, match="set ZENVLLM_CACHE"), build.context_dir(tmp_path, "zen"):
+        pass
