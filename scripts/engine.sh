@@ -29,6 +29,14 @@ if ! command -v dockerd >/dev/null 2>&1; then
 fi
 
 mkdir -p "$state" "$run/exec"
+# Images, build cache and the test hosts need room; fail here, not deep in a build.
+free_gib=$(( $(df --output=avail -k "$state" | tail -1) / 1048576 ))
+if (( free_gib < ${ZENVLLM_MIN_FREE_GIB:-10} )); then
+    echo "engine: $state has ${free_gib} GiB free, below ${ZENVLLM_MIN_FREE_GIB:-10} GiB;" \
+        "free some (ZENVLLM_MIN_FREE_GIB=0 make engine; docker builder prune -f)" \
+        "or put the engine's data on a bigger disk with ZENVLLM_ENGINE_STATE=DIR" >&2
+    exit 1
+fi
 cat >"$run/daemon.json" <<EOF
 {"builder": {"gc": {"enabled": true, "defaultKeepStorage": "${ZENVLLM_BUILD_CACHE:-20GB}"}}}
 EOF
