@@ -88,7 +88,7 @@ bench: venv engine
 	$(MAKE) image TARGET=zen
 	$(BIN)/zenvllm bench --gateway deploy --out $(BENCH_OUT) $(BENCH_ARGS) \
 	  --model "$(or $(MODEL),$$($(BIN)/python tests/support/tiny_model.py --shape bench))"
-	$(BIN)/python -m zenvllm.bench $(BENCH_OUT)
+	$(BIN)/python -m zenvllm.bench_check $(BENCH_OUT)
 
 # Image figures, not tests (~20 min): each target's size and cold/warm build time beside
 # the blog's single-stage recipe; logs stay in out/images, the figures go to docs/images.

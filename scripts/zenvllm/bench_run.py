@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from zenvllm import bench, bench_gateway
+from zenvllm import bench, bench_gateway, bench_report
 from zenvllm.bench import Configuration, Run, Workload
 from zenvllm.bench_gateway import Deployment
 from zenvllm.errors import UserError
@@ -338,7 +338,7 @@ def run_bench(
             "failures": failures,
         }
         result = bench.result_document(meta, configs, settings.images, runs)
-        bench.write_outputs(result, staging, plots=settings.plots)
+        bench_report.write_outputs(result, staging, plots=settings.plots)
         publish(staging, settings.out_dir)
         published = True
         return result, (1 if failures else 0)
@@ -354,6 +354,6 @@ def run_bench(
 
 def print_summary(result: dict, out_dir: Path) -> None:
     print()
-    print(bench.markdown(result), end="")
+    print(bench_report.markdown(result), end="")
     print(f"\noutputs in {out_dir}: results.json runs.csv summary.csv table.md *.png", flush=True)
     sys.stdout.flush()

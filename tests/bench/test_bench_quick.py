@@ -21,7 +21,7 @@ from conftest import REPO, require, require_tool
 from support.engine import ZENVLLM, build, docker, engine_env, engine_ready
 from support.tiny_model import ensure_tiny_model
 
-from zenvllm import bench, bench_gateway
+from zenvllm import bench, bench_check, bench_gateway
 
 pytestmark = pytest.mark.bench
 
@@ -95,7 +95,7 @@ def test_progress_is_shown_while_it_runs(quick):
 
 def test_outputs_are_complete_and_consistent(quick):
     out, _, _ = quick
-    assert bench.check_outputs(out, list(bench.QUICK_CONFIGS)) == []
+    assert bench_check.check_outputs(out, list(bench.QUICK_CONFIGS)) == []
 
 
 def test_every_configuration_ran_the_same_workload(quick):
@@ -146,7 +146,7 @@ def test_plots_are_png_images(quick):
     for name in ("throughput.png", "latency.png"):
         data = (out / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n", name
-        width, height = bench.png_size(out / name)
+        width, height = bench_check.png_size(out / name)
         assert width >= 300 and height >= 200
 
 

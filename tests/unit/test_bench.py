@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zenvllm import bench
+from zenvllm import bench, bench_check, bench_report
 from zenvllm.errors import UserError
 from zenvllm.host import MIB
 from zenvllm.model import Model
@@ -315,10 +315,11 @@ def consistent_runs():
 def test_tables_are_shaped_like_amds():
     configs = sample_configs()
     doc = result_doc(configs, runs_of("stock", [400, 420, 380]) + runs_of("auto", [700, 560, 600]))
-    amd = bench.amd_table([bench.Summary(**s) for s in doc["summary"]], "tiny-llama").splitlines()
+    summaries = [bench.Summary(**s) for s in doc["summary"]]
+    amd = bench_report.amd_table(summaries, "tiny-llama").splitlines()
     assert amd[0] == "| Model | stock | auto | autovsstock |"
     assert amd[2] == "| tiny-llama | 400 | 600 | 1.500 |"
-    text = bench.markdown(doc)
+    text = bench_report.markdown(doc)
     assert "| auto | 7 x 1/2 CPUs | 600 | 560-700 |" in text
     assert "1.500x" in text and "acceptance 1.3x: met" in text
 
@@ -326,7 +327,7 @@ def test_tables_are_shaped_like_amds():
 def test_written_outputs_agree_and_pass_the_checker(tmp_path):
     configs = sample_configs()
     doc = result_doc(configs, consistent_runs())
-    written = bench.write_outputs(doc, tmp_path)
+    written = bench_report.write_outputs(doc, tmp_path)
     assert {p.name for p in written} == {
         "results.json",
         "runs.csv",
@@ -335,24 +336,24 @@ def test_written_outputs_agree_and_pass_the_checker(tmp_path):
         "throughput.png",
         "latency.png",
     }
-    assert bench.check_outputs(tmp_path, ["stock", "single", "auto"]) == []
+    assert bench_check.check_outputs(tmp_path, ["stock", "single", "auto"]) == []
     with (tmp_path / "runs.csv").open() as f:
         rows = list(csv.DictReader(f))
     assert [float(r["output_tok_s"]) for r in rows] == [r["output_tok_s"] for r in doc["runs"]]
-    width, height = bench.png_size(tmp_path / "throughput.png")
+    width, height = bench_check.png_size(tmp_path / "throughput.png")
     assert width > 300 and height > 200
 
 
 def test_checker_catches_each_kind_of_inconsistency(tmp_path):
     configs = sample_configs()
     doc = result_doc(configs, consistent_runs())
-    bench.write_outputs(doc, tmp_path)
+    bench_report.write_outputs(doc, tmp_path)
 
     def broken(mutate, *expect):
         d = json.loads(json.dumps(doc))
         mutate(d)
         (tmp_path / "results.json").write_text(json.dumps(d))
-        problems = bench.check_outputs(tmp_path, ["stock", "single", "auto", "zen-auto"])
+        problems = bench_check.check_outputs(tmp_path, ["stock", "single", "auto", "zen-auto"])
         for text in expect:
             assert any(text in p for p in problems), (text, problems)
 
@@ -367,7 +368,7 @@ def test_checker_catches_each_kind_of_inconsistency(tmp_path):
     broken(lambda d: d["meta"]["failures"].append("zen-auto: died"), "failed: zen-auto: died")
     (tmp_path / "results.json").write_text(json.dumps(doc))
     (tmp_path / "latency.png").write_bytes(b"not a png")
-    assert bench.check_outputs(tmp_path) == ["latency.png: missing or not a PNG image (None)"]
+    assert bench_check.check_outputs(tmp_path) == ["latency.png: missing or not a PNG image (None)"]
 
 
 def test_median_helper_matches_statistics():
@@ -383,7 +384,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "bench"
 @pytest.mark.skipif(not (DOCS / "results.json").exists(), reason="no recorded full run")
 def test_the_recorded_full_run_is_complete_and_consistent():
     """The full `make bench` run whose table and plots the README shows."""
-    assert bench.check_outputs(DOCS, ["stock", "single", "auto"]) == []
+    assert bench_check.check_outputs(DOCS, ["stock", "single", "auto"]) == []
     result = json.loads((DOCS / "results.json").read_text())
     assert result["meta"]["workload"]["repeats"] >= 3
     assert result["meta"]["workload"]["input_len"] == 128
