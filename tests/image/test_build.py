@@ -86,6 +86,28 @@ def test_a_second_build_with_no_change_is_a_cache_hit(openai_image, logdir):
     print(f"cached rebuild: {seconds:.1f} s")
 
 
+def test_the_legacy_builder_makes_the_same_runtime(openai_image, logdir):
+    # For engines without BuildKit: the template drops its cache mounts, the rest holds.
+    # Tagged apart and kept, so the next run is a cache hit (cold: ~3 min here).
+    tag, seconds = engine.build(
+        "vllm-openai",
+        logdir / "legacy.log",
+        *("--builder", "legacy", "--tag", "zenvllm/vllm-openai:legacy-test"),
+    )
+    log = (logdir / "legacy.log").read_text()
+    assert re.search(r"^Step \d+/\d+ : ", log, re.M) and "--mount=type=cache" not in log
+    legacy, buildkit = engine.image_config(tag), engine.image_config(openai_image)
+    for key in ("User", "Entrypoint", "Healthcheck", "Labels"):
+        assert legacy[key] == buildkit[key], key
+    script = (
+        "import importlib.metadata as md, os;"
+        "print(md.version('vllm'), md.version('torch'));"
+        "print(all(os.path.exists(p) for p in os.environ['LD_PRELOAD'].split(':')))"
+    )
+    assert engine.python_in(tag, script) == ["0.32.0+cpu", "2.13.0+cpu", "True"]
+    print(f"legacy build: {seconds:.1f} s")
+
+
 def test_zen_image_has_zentorch_at_the_matrix_version(zen_image):
     labels = engine.image_config(zen_image)["Labels"]
     assert labels["io.zenvllm.pin.zentorch"] == "2.13.0.1"

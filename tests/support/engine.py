@@ -66,11 +66,11 @@ def build_args(target: str) -> list[str]:
     return args
 
 
-def build(target: str, log: Path, timeout: float = 1800) -> tuple[str, float]:
-    """Build `target` with `zenvllm build`; return (tag, seconds)."""
+def build(target: str, log: Path, *extra: str, timeout: float = 1800) -> tuple[str, float]:
+    """Build `target` with `zenvllm build [extra...]`; return (tag, seconds)."""
     start = time.monotonic()
     done = subprocess.run(
-        [*build_args(target), "--log", str(log)],
+        [*build_args(target), "--log", str(log), *extra],
         env=engine_env(),
         capture_output=True,
         text=True,
