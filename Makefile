@@ -66,7 +66,10 @@ deploy: venv engine
 	  -e zenvllm_model_dir=$(abspath $(MODEL)) -e zenvllm_image=$(DEPLOY_IMAGE) \
 	  -e zenvllm_instances_target=$(TARGET) -e zenvllm_docker_host=$(DOCKER_HOST) $(DEPLOY_ARGS)
 
+# Podman (Debian's package) builds vllm-openai too, beside docker's two builders.
 test-image: venv engine base-image
+	@command -v podman >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	  apt-get install -y -qq --no-install-recommends podman >/dev/null; }
 	$(PYTEST) -q tests/image
 
 test-serve: venv engine base-image tiny-model

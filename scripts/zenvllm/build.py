@@ -110,6 +110,8 @@ def build_argv(
     if engine.kind == "podman":
         # podman's default rlimits fail here ("error setting rlimit type 7").
         argv += ["--ulimit", "nofile=20000:20000", "--ulimit", "nproc=4096:4096"]
+        # Its default OCI image format has no HEALTHCHECK and would drop ours.
+        argv += ["--format", "docker"]
     if base_image:
         argv += ["--build-arg", f"BASE_IMAGE={base_image}"]
     if no_cache:
@@ -228,12 +230,18 @@ def build_context(
         iidfile = Path(tmp) / "iid"
         argv = build_argv(engine, context, tag, network, base_image, iidfile, no_cache)
         run_build(argv, build_env(engine), log)
-        return iidfile.read_text().strip()
+        return bare_id(iidfile.read_text())
+
+
+def bare_id(image: str) -> str:
+    """An image ID without its digest prefix: podman writes "sha256:..." to --iidfile
+    but inspects as bare hex, and comparing the two once removed a fresh image."""
+    return image.strip().removeprefix("sha256:")
 
 
 def image_id(engine: Engine, tag: str) -> str | None:
     done = _run([engine.binary, "image", "inspect", "--format", "{{.Id}}", tag])
-    return done.stdout.strip() if done.returncode == 0 else None
+    return bare_id(done.stdout) if done.returncode == 0 else None
 
 
 def remove_image(engine: Engine, image: str) -> bool:

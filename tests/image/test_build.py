@@ -7,11 +7,13 @@ them, and the next run is a layer-cache hit. Containers are always removed.
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import require
+from conftest import require, require_tool
 from support import engine
 from support.tiny_model import ensure_tiny_model
 
@@ -106,6 +108,38 @@ def test_the_legacy_builder_makes_the_same_runtime(openai_image, logdir):
     )
     assert engine.python_in(tag, script) == ["0.32.0+cpu", "2.13.0+cpu", "True"]
     print(f"legacy build: {seconds:.1f} s")
+
+
+def test_podman_builds_the_same_runtime_and_keeps_it_on_a_rebuild(openai_image, logdir):
+    podman = require_tool("podman")
+    tag = "zenvllm/vllm-openai:podman-test"
+    for attempt in ("first", "again"):  # a no-change rebuild once deleted the image
+        _, seconds = engine.build(
+            "vllm-openai", logdir / f"podman-{attempt}.log", "--engine", "podman", "--tag", tag
+        )
+        print(f"podman build ({attempt}): {seconds:.1f} s")
+
+    def run(*args: str) -> str:
+        done = subprocess.run([podman, *args], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    built = json.loads(run("image", "inspect", tag))[0]
+    buildkit = engine.image_config(openai_image)
+    assert built["Healthcheck"] == buildkit["Healthcheck"]  # kept: the build asks for docker format
+    ours = {k: v for k, v in built["Labels"].items() if not k.startswith("io.buildah.")}
+    assert ours == buildkit["Labels"]
+    assert built["Config"]["User"] == buildkit["User"]
+    assert built["Config"]["Entrypoint"] == buildkit["Entrypoint"]
+    out = run(
+        *("run", "--rm", "--network", "none", "--entrypoint", "python"),
+        *("--ulimit", "nofile=20000:20000", "--ulimit", "nproc=4096:4096"),
+        tag,
+        "-c",
+        "import importlib.metadata as md, os; print(md.version('vllm'), md.version('torch'));"
+        "print(all(os.path.exists(p) for p in os.environ['LD_PRELOAD'].split(':')))",
+    )
+    assert out.split() == ["0.32.0+cpu", "2.13.0+cpu", "True"]
 
 
 def test_zen_image_has_zentorch_at_the_matrix_version(zen_image):

@@ -28,6 +28,9 @@ def test_legacy_and_podman_lines():
     podman = build.Engine("podman", "podman", True)
     argv = build.build_argv(podman, Path("c"), "t", "host", None, Path("i"), no_cache=True)
     assert "nofile=20000:20000" in argv and "--no-cache" in argv
+    assert argv[argv.index("--format") + 1] == "docker"  # OCI format drops HEALTHCHECK
+    # podman's --iidfile says "sha256:<hex>", its inspect just "<hex>": one form for both.
+    assert build.bare_id("sha256:3b6a\n") == build.bare_id("3b6a") == "3b6a"
 
 
 def test_a_pre_23_client_has_buildkit_built_in(monkeypatch):
