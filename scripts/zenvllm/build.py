@@ -31,6 +31,12 @@ class Engine:
     binary: str
     buildkit: bool  # BuildKit (cache mounts) rather than docker's legacy builder
 
+    @property
+    def builder(self) -> str:
+        if self.kind == "podman":
+            return "Buildah"  # podman's builder; it takes cache mounts too
+        return "BuildKit" if self.buildkit else "legacy builder"
+
 
 def _run(argv: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(argv, capture_output=True, text=True, check=False, env=env)

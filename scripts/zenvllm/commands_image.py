@@ -95,14 +95,10 @@ def run_build(args: argparse.Namespace) -> int:
     if base == config["defaults"]["base_image"]:
         baseimage.ensure_base_image(base, engine=engine.binary)
     tag = args.tag or context.tag
-    builder = (
-        "Buildah"
-        if engine.kind == "podman"
-        else "BuildKit"
-        if engine.buildkit
-        else "legacy builder"
+    print(
+        f"build: {context.target} as {tag} with {engine.binary} ({engine.builder})",
+        file=sys.stderr,
     )
-    print(f"build: {context.target} as {tag} with {engine.binary} ({builder})", file=sys.stderr)
     previous = build.image_id(engine, tag)
     start = time.monotonic()
     with build.context_dir(baseimage.cache_dir(), context.target) as ctx:
