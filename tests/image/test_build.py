@@ -110,7 +110,7 @@ def test_the_legacy_builder_makes_the_same_runtime(openai_image, logdir):
     print(f"legacy build: {seconds:.1f} s")
 
 
-def test_podman_builds_the_same_runtime_and_keeps_it_on_a_rebuild(openai_image, logdir):
+def test_podman_builds_the_same_image_keeps_it_on_a_rebuild_and_serves(openai_image, logdir):
     podman = require_tool("podman")
     tag = "zenvllm/vllm-openai:podman-test"
     for attempt in ("first", "again"):  # a no-change rebuild once deleted the image
@@ -140,6 +140,37 @@ def test_podman_builds_the_same_runtime_and_keeps_it_on_a_rebuild(openai_image, 
         "print(all(os.path.exists(p) for p in os.environ['LD_PRELOAD'].split(':')))",
     )
     assert out.split() == ["0.32.0+cpu", "2.13.0+cpu", "True"]
+
+    # `podman run IMAGE --model DIR` serves; podman's /dev/shm is 64m, so --shm-size as
+    # on a stock docker engine.
+    port = engine.free_port()
+    name = f"zenvllm-test-podman-{port}"
+    run(
+        *("run", "-d", "--name", name, "--network", "host", "--shm-size", "1g"),
+        *("--ulimit", "nofile=20000:20000", "--ulimit", "nproc=4096:4096"),
+        *("-v", f"{ensure_tiny_model()}:/model:ro", tag),
+        *("--model", "/model", "--port", str(port), "--max-model-len", "512", "--enforce-eager"),
+    )
+
+    def served() -> dict | None:
+        if run("inspect", "--format", "{{.State.Running}}", name).strip() != "true":
+            logs = subprocess.run([podman, "logs", name], capture_output=True, text=True)
+            raise AssertionError(f"the podman container exited:\n{logs.stderr[-4000:]}")
+        return _completion(port)
+
+    try:
+        reply = engine.wait_for(served, 300, "a completion from the podman container")
+        assert reply["usage"]["completion_tokens"] == 4
+    finally:
+        subprocess.run([podman, "rm", "-f", name], capture_output=True, check=False)
+
+
+def _completion(port: int) -> dict | None:
+    body = {"model": "/model", "prompt": "hello", "max_tokens": 4, "ignore_eos": True}
+    try:
+        return engine.http_json(f"http://127.0.0.1:{port}/v1/completions", body, timeout=30)
+    except OSError:
+        return None
 
 
 def test_zen_image_has_zentorch_at_the_matrix_version(zen_image):
