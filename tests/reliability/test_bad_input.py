@@ -258,4 +258,9 @@ def test_build_failing_half_way(tmp_path):
     )
     assert "[os " in (tmp_path / "build.log").read_text()  # it did get half-way
     assert docker("image", "inspect", tag, check=False).returncode != 0
-    assert leftovers(tmp) == []  # the rendered context went with the failure
+    assert leftovers(tmp) == []  # no temp files
+    # The render stays whole where every build of the target reads it (the next
+    # build replaces it): no half-written or stale sibling beside it.
+    contexts = Path(os.environ.get("ZENVLLM_CACHE", "/var/cache/zenvllm")) / "contexts"
+    assert [p for p in leftovers(contexts) if p.startswith(".")] == []
+    assert "uv==0.13.99" in (contexts / "vllm-openai" / "Dockerfile").read_text()
