@@ -117,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     base = baseimage.ensure_base_image(config["defaults"]["base_image"], engine=engine.binary)
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
+    # Fresh context dirs on purpose (not build.context_dir): a cold figure includes
+    # sending the whole context, as a first build does.
     with tempfile.TemporaryDirectory(prefix="zenvllm-figures-") as tmp:
         for target in args.targets:
             request = images.Request(

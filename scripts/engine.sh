@@ -30,9 +30,10 @@ fi
 
 mkdir -p "$state" "$run/exec"
 # Images, build cache and the test hosts need room; fail here, not deep in a build.
+min_free_gib=${ZENVLLM_MIN_FREE_GIB:-10}
 free_gib=$(( $(df --output=avail -k "$state" | tail -1) / 1048576 ))
-if (( free_gib < ${ZENVLLM_MIN_FREE_GIB:-10} )); then
-    echo "engine: $state has ${free_gib} GiB free, below ${ZENVLLM_MIN_FREE_GIB:-10} GiB;" \
+if (( free_gib < min_free_gib )); then
+    echo "engine: $state has ${free_gib} GiB free, below ${min_free_gib} GiB;" \
         "free some (ZENVLLM_MIN_FREE_GIB=0 make engine; docker builder prune -f)" \
         "or put the engine's data on a bigger disk with ZENVLLM_ENGINE_STATE=DIR" >&2
     exit 1

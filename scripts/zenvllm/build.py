@@ -22,6 +22,8 @@ from pathlib import Path
 from zenvllm.errors import UserError
 
 ENGINES = ("auto", "docker", "podman")
+# podman's default rlimits fail here ("error setting rlimit type 7"), for builds and runs.
+PODMAN_ULIMITS = ("--ulimit", "nofile=20000:20000", "--ulimit", "nproc=4096:4096")
 BUILDERS = ("auto", "buildkit", "legacy")
 
 
@@ -114,8 +116,7 @@ def build_argv(
     if engine.kind == "docker" and engine.buildkit:
         argv += ["--progress", "plain"]
     if engine.kind == "podman":
-        # podman's default rlimits fail here ("error setting rlimit type 7").
-        argv += ["--ulimit", "nofile=20000:20000", "--ulimit", "nproc=4096:4096"]
+        argv += PODMAN_ULIMITS
         # Its default OCI image format has no HEALTHCHECK and would drop ours.
         argv += ["--format", "docker"]
     if base_image:

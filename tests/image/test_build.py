@@ -18,6 +18,7 @@ from support import engine
 from support.tiny_model import ensure_tiny_model
 
 from zenvllm import images
+from zenvllm.build import PODMAN_ULIMITS
 from zenvllm.topology import read_host
 
 pytestmark = pytest.mark.image
@@ -88,6 +89,15 @@ def test_a_second_build_with_no_change_is_a_cache_hit(openai_image, logdir):
     print(f"cached rebuild: {seconds:.1f} s")
 
 
+# What the legacy and podman builds must agree on with the BuildKit image.
+RUNTIME_CHECK = (
+    "import importlib.metadata as md, os;"
+    "print(md.version('vllm'), md.version('torch'));"
+    "print(all(os.path.exists(p) for p in os.environ['LD_PRELOAD'].split(':')))"
+)
+RUNTIME = ["0.32.0+cpu", "2.13.0+cpu", "True"]
+
+
 def test_the_legacy_builder_makes_the_same_runtime(openai_image, logdir):
     # For engines without BuildKit: the template drops its cache mounts, the rest holds.
     # Tagged apart and kept, so the next run is a cache hit (cold: ~3 min here).
@@ -101,12 +111,7 @@ def test_the_legacy_builder_makes_the_same_runtime(openai_image, logdir):
     legacy, buildkit = engine.image_config(tag), engine.image_config(openai_image)
     for key in ("User", "Entrypoint", "Healthcheck", "Labels"):
         assert legacy[key] == buildkit[key], key
-    script = (
-        "import importlib.metadata as md, os;"
-        "print(md.version('vllm'), md.version('torch'));"
-        "print(all(os.path.exists(p) for p in os.environ['LD_PRELOAD'].split(':')))"
-    )
-    assert engine.python_in(tag, script) == ["0.32.0+cpu", "2.13.0+cpu", "True"]
+    assert engine.python_in(tag, RUNTIME_CHECK) == RUNTIME
     print(f"legacy build: {seconds:.1f} s")
 
 
@@ -132,22 +137,17 @@ def test_podman_builds_the_same_image_keeps_it_on_a_rebuild_and_serves(openai_im
     assert built["Config"]["User"] == buildkit["User"]
     assert built["Config"]["Entrypoint"] == buildkit["Entrypoint"]
     out = run(
-        *("run", "--rm", "--network", "none", "--entrypoint", "python"),
-        *("--ulimit", "nofile=20000:20000", "--ulimit", "nproc=4096:4096"),
-        tag,
-        "-c",
-        "import importlib.metadata as md, os; print(md.version('vllm'), md.version('torch'));"
-        "print(all(os.path.exists(p) for p in os.environ['LD_PRELOAD'].split(':')))",
+        *("run", "--rm", "--network", "none", "--entrypoint", "python", *PODMAN_ULIMITS),
+        *(tag, "-c", RUNTIME_CHECK),
     )
-    assert out.split() == ["0.32.0+cpu", "2.13.0+cpu", "True"]
+    assert out.split() == RUNTIME
 
     # `podman run IMAGE --model DIR` serves; podman's /dev/shm is 64m, so --shm-size as
     # on a stock docker engine.
     port = engine.free_port()
     name = f"zenvllm-test-podman-{port}"
     run(
-        *("run", "-d", "--name", name, "--network", "host", "--shm-size", "1g"),
-        *("--ulimit", "nofile=20000:20000", "--ulimit", "nproc=4096:4096"),
+        *("run", "-d", "--name", name, "--network", "host", "--shm-size", "1g", *PODMAN_ULIMITS),
         *("-v", f"{ensure_tiny_model()}:/model:ro", tag),
         *("--model", "/model", "--port", str(port), "--max-model-len", "512", "--enforce-eager"),
     )
