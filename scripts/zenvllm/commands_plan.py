@@ -51,6 +51,11 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--target", choices=sorted(TARGETS), default="vllm-openai")
     parser.add_argument(
+        "--allow-inactive",
+        action="store_true",
+        help="plan zen or pace on a CPU that cannot accelerate them (a warning, not an error)",
+    )
+    parser.add_argument(
         "--layout",
         choices=LAYOUTS,
         default="contiguous",
@@ -83,6 +88,7 @@ def policy_from(args: argparse.Namespace) -> Policy:
     return Policy(
         instances=args.instances,
         target=args.target,
+        allow_inactive=args.allow_inactive,
         layout=args.layout,
         base_port=args.base_port,
         kv_cache_gib=args.kv_cache_gib,

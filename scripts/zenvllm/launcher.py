@@ -108,6 +108,7 @@ def plan_env(host: Host, serve: ServeArgs, target: str) -> tuple[dict[str, str],
     policy = Policy(
         instances=1,
         target=target,
+        allow_inactive=True,  # zen or pace on another CPU serves, and says why below
         max_model_len=int(max_len) if max_len and max_len.isdigit() else None,
     )
     plan = make_plan(host, model, policy)
@@ -208,7 +209,8 @@ def zentorch_state(host: Host, zentorch: str | None, torch: str | None) -> tuple
     if lacks:
         return False, (
             f"zentorch {zentorch} is installed but INACTIVE: this CPU lacks "
-            f"{', '.join(lacks)}; vLLM runs its default CPU platform (oneDNN kernels)"
+            f"{', '.join(lacks)}; vLLM runs its default CPU platform (oneDNN kernels), "
+            "as the vllm-openai image would"
         )
     # zentorch X.Y.* is built against torch X.Y and refuses any other.
     if torch is None or release(zentorch)[:2] != release(torch)[:2]:
@@ -308,6 +310,11 @@ def check_port(command: list[str]) -> None:
         )
 
 
+def log_state(active: bool, message: str, wanted: bool) -> None:
+    """The accelerator's state; loud when the image's own accelerator is off."""
+    log(message if active or not wanted else f"WARNING: {message}")
+
+
 # -- main ----------------------------------------------------------------------
 def prepare(argv: list[str], env: dict[str, str], host: Host, manifest: dict) -> list[str]:
     """Everything but the exec: logs, env updates in place, the argv for vLLM."""
@@ -350,12 +357,12 @@ def prepare(argv: list[str], env: dict[str, str], host: Host, manifest: dict) ->
     pace_active = False
     zentorch = installed("zentorch")
     if target == "zen" or zentorch:
-        log(zentorch_state(host, zentorch, installed("torch"))[1])
+        log_state(*zentorch_state(host, zentorch, installed("torch")), target == "zen")
     pace = installed("pace-vllm")
     if target == "pace" or pace:
         spec = manifest.get("matrix", {}).get("pace-vllm", {}).get("needs", {}).get("vllm", "")
         pace_active, message = pace_state(host, pace, installed("vllm"), spec or ">=0.25,<=0.28")
-        log(message)
+        log_state(pace_active, message, target == "pace")
     log(platform_line(host, vllm_picks_zen(host, zentorch), pace_active))
 
     if (Path(serve.model) / "config.json").is_file():
@@ -365,6 +372,7 @@ def prepare(argv: list[str], env: dict[str, str], host: Host, manifest: dict) ->
 
 
 def main(argv: list[str] | None = None) -> int:
+    from zenvllm import amx
     from zenvllm.topology import read_host
 
     argv = sys.argv[1:] if argv is None else argv
@@ -376,6 +384,12 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as err:
         log(f"error: {err}")
         return 2
+    # The image's .pth hook asked at this interpreter's start; vLLM's processes ask again.
+    tiles = amx.AT_START or amx.request()
+    log(amx.describe(tiles, "amx_tile" in host.flags, amx.AT_START is not None))
+    if env.get("ZENVLLM_DRY_RUN", "") not in ("", "0"):
+        log("dry run (ZENVLLM_DRY_RUN): would exec " + " ".join(command))
+        return 0
     with contextlib.suppress(OSError, ValueError):
         PORT_FILE.write_text(command[command.index("--port") + 1] if "--port" in command else "")
     log("exec " + " ".join(command))

@@ -52,6 +52,9 @@ class Policy:
     layout: str = "contiguous"  # contiguous (L3-packed) or interleaved cores
     base_port: int = 8001
     name_prefix: str = "zenvllm"
+    # Plan a target this CPU cannot accelerate (it serves as vllm-openai would); the
+    # image launcher and deployments set it, so zen or pace starts anywhere, loudly.
+    allow_inactive: bool = False
     # Memory
     kv_fraction: float = 0.9  # of what is left on the node once weights etc. are placed
     kv_cache_gib: int | None = None  # explicit size per instance, overrides the fraction
@@ -253,14 +256,23 @@ def check_policy(host: Host, policy: Policy) -> None:
         raise PlanError(f"KV fraction {policy.kv_fraction} must be in (0, 1]")
     if not 1 <= policy.base_port <= 65535:
         raise PlanError(f"port {policy.base_port} is outside 1-65535")
-    lacking = missing_isa(TARGETS[policy.target], host)
-    if lacking:
+    lacking = inactive_target(host, policy)
+    if lacking and not policy.allow_inactive:
         raise PlanError(
-            f"target {policy.target} needs {', '.join(lacking)}, which this CPU "
-            f"({host.model_name or 'unknown model'}) lacks; it would run without its "
-            "acceleration. Use --target vllm-openai, or a host with those features "
-            "(AMD EPYC Zen 4 or newer)"
+            f"{lacking}. Use --target vllm-openai, a host with those features "
+            "(AMD EPYC Zen 4 or newer), or --allow-inactive to serve it anyway"
         )
+
+
+def inactive_target(host: Host, policy: Policy) -> str:
+    """Why the target would not accelerate on this CPU; "" when it would."""
+    lacking = missing_isa(TARGETS[policy.target], host)
+    if not lacking:
+        return ""
+    return (
+        f"target {policy.target} needs {', '.join(lacking)}, which this CPU "
+        f"({host.model_name or 'unknown model'}) lacks; it would run without its acceleration"
+    )
 
 
 def instances_per_node(
@@ -301,7 +313,7 @@ def make_plan(host: Host, model: Model, policy: Policy | None = None) -> Plan:
             "no usable CPUs: the cgroup cpuset allows none of the online CPUs; "
             "widen the container's --cpuset-cpus"
         )
-    warnings: list[str] = []
+    warnings: list[str] = [w for w in (inactive_target(host, policy),) if w]
     notes: list[str] = []
     fixed = fixed_cost(model, policy)
     min_kv = policy.min_kv_cache_gib * GIB

@@ -135,12 +135,11 @@ def wait_for(predicate, timeout: float, what: str, name: str | None = None, ever
         if value:
             return value
         if name and not running(name):
-            raise AssertionError(
-                f"container exited while waiting for {what}:\n{logs(name)[-4000:]}"
-            )
+            # The whole log, stdout and stderr: the cause is rarely in the last lines.
+            raise AssertionError(f"container exited while waiting for {what}:\n{logs(name)}")
         time.sleep(every)
-    tail = logs(name)[-4000:] if name else ""
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{tail}")
+    log = logs(name) if name else ""
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{log}")
 
 
 def http_json(url: str, body: dict | None = None, timeout: float = 60) -> dict:

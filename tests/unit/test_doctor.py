@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import require
+from support.cpu import has_amx
 
 from zenvllm.cli import main
 from zenvllm.doctor import (
@@ -54,10 +55,11 @@ def test_avx2_only_vm_says_avx512_absent_and_zen_pace_wont_accelerate() -> None:
     assert checks["pace"].status == WARN and "not accelerate" in checks["pace"].consequence
 
 
-def test_intel_host_zen_and_pace_not_applicable() -> None:
+def test_intel_host_zen_and_pace_not_applicable_yet_their_images_serve() -> None:
     checks = doctor("xeon-8480-spr-amx")
     assert checks["zen"].status == NA and "GenuineIntel" in checks["zen"].finding
-    assert checks["pace"].status == NA
+    assert "the zen image serves as vllm-openai would" in checks["zen"].consequence
+    assert checks["pace"].status == NA and "serves" in checks["pace"].consequence
     assert checks["vllm-openai"].status == OK and "amx_bf16" in checks["vllm-openai"].finding
 
 
@@ -128,6 +130,8 @@ def test_real_host_follows_real_cpuinfo(capsys: pytest.CaptureFixture[str]) -> N
     assert ("AVX-512 absent" in checks["isa"]["finding"]) is ("avx512f" not in flags)
     zen_ok = "avx512f" in flags and "avx512_bf16" in flags and "AuthenticAMD" in first
     assert (checks["zen"]["status"] == OK) is zen_ok
+    # AMX: the doctor asks the kernel for tile permission, as the images do.
+    assert checks["amx"]["status"] == (OK if has_amx() else NA)
     expected_mempolicy = OK if get_mempolicy_errno() == 0 else FAIL
     assert checks["mempolicy"]["status"] in (expected_mempolicy, WARN)
     for name in ("tcmalloc", "iomp", "zentorch", "vllm"):
@@ -140,7 +144,7 @@ def test_text_output_one_line_per_check(capsys: pytest.CaptureFixture[str]) -> N
     rc, out, _ = run_cli(capsys, "--root", str(FIXTURES / "vm-milan-8vcpu-avx2"))
     lines = out.strip().splitlines()
     assert rc == 0
-    assert len(lines) == 1 + 13
+    assert len(lines) == 1 + 14
     assert any(ln.startswith("warn") and "AVX-512 absent" in ln for ln in lines)
     assert all(" -> " in ln for ln in lines[1:] if not ln.startswith(NOT_CHECKED))
 
@@ -182,6 +186,41 @@ def test_mempolicy_refused_by_seccomp_is_reported_with_the_fix() -> None:
     assert mp["status"] == FAIL
     assert "Operation not permitted" in mp["finding"]
     assert "--cap-add SYS_NICE" in mp["consequence"] and "seccomp" in mp["consequence"]
+
+
+# Refuses arch_prctl(ARCH_REQ_XCOMP_PERM, ...) alone with EPERM (glibc's own arch_prctl
+# calls at exec must pass), then execs the real CLI: a sandbox that denies AMX tiles.
+SECCOMP_NO_AMX_THEN_EXEC = r"""
+import ctypes, os, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+ins = lambda code, jt, jf, k: struct.pack("HBBI", code, jt, jf, k)
+prog = b"".join([ins(0x20, 0, 0, 0), ins(0x15, 0, 3, 158), ins(0x20, 0, 0, 16),
+                 ins(0x15, 0, 1, 0x1023), ins(0x06, 0, 0, 0x00050000 | 1),
+                 ins(0x06, 0, 0, 0x7FFF0000)])
+buf = ctypes.create_string_buffer(prog)
+class FProg(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+fprog = FProg(len(prog) // 8, ctypes.cast(buf, ctypes.c_void_p))
+if libc.prctl(38, 1, 0, 0, 0) or libc.prctl(22, 2, ctypes.byref(fprog), 0, 0):
+    sys.exit(f"seccomp unavailable: errno {ctypes.get_errno()}")
+os.execv(sys.executable, [sys.executable, "-m", "zenvllm", "doctor", "--json"])
+"""
+
+
+def test_amx_refused_by_seccomp_is_a_failure_with_the_fix_where_the_cpu_has_amx() -> None:
+    require(os.uname().machine == "x86_64", "the syscall number and filter are x86_64")
+    env = {**os.environ, "PYTHONPATH": str(SCRIPTS)}
+    done = subprocess.run(
+        [sys.executable, "-c", SECCOMP_NO_AMX_THEN_EXEC], capture_output=True, text=True, env=env
+    )
+    checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
+    line = checks["amx"]
+    if has_amx():
+        assert done.returncode == 1, done.stderr
+        assert line["status"] == FAIL and "Operation not permitted" in line["finding"]
+        assert "Illegal instruction" in line["consequence"] and "seccomp" in line["consequence"]
+    else:  # nothing to ask for, so nothing to refuse
+        assert line["status"] == NA, line
 
 
 def test_zentorch_found_without_importing_it(tmp_path: Path) -> None:

@@ -141,6 +141,22 @@ def test_prepare_plans_the_container_and_keeps_explicit_env(zen4, tmp_path, monk
     assert env["HF_HUB_OFFLINE"] == "1"  # a local model needs no hub
 
 
+@pytest.mark.parametrize("host", ["spr", "milan"])
+def test_zen_where_zentorch_cannot_run_serves_and_says_why_loudly(host, request, monkeypatch):
+    # Any one CPU kind must not stop the zen image: it serves as vllm-openai would.
+    lines = []
+    monkeypatch.setattr(launcher, "log", lines.append)
+    monkeypatch.setattr(launcher, "shm_free", lambda path="/dev/shm": 1 << 30)
+    monkeypatch.setattr(launcher, "installed", {"zentorch": "2.13.0.1", "torch": "2.13.0+cpu"}.get)
+    env = {"LD_PRELOAD": "", "ZENVLLM_TARGET": "zen"}
+    argv = launcher.prepare(["--model", "/m"], env, request.getfixturevalue(host), {})
+    assert argv[:3] == ["vllm", "serve", "/m"]
+    assert any(ln.startswith("plan: target zen needs") for ln in lines), lines
+    warning = next(ln for ln in lines if "zentorch" in ln)
+    assert warning.startswith("WARNING: zentorch 2.13.0.1 is installed but INACTIVE"), warning
+    assert lines[-1].startswith("vLLM platform: CpuPlatform")
+
+
 def test_prepare_refuses_a_missing_preload(zen4, monkeypatch):
     monkeypatch.setattr(launcher, "shm_free", lambda path="/dev/shm": 1 << 30)
     env = {"LD_PRELOAD": "/nope/libtcmalloc_minimal.so.4"}

@@ -210,9 +210,29 @@ def test_too_many_explicit_instances_is_refused():
         make_plan(flavor(8, 64), TINY, Policy(instances=9))
 
 
-def test_zen_target_on_an_avx2_only_cpu_is_refused():
-    with pytest.raises(PlanError, match="target zen needs avx512f, avx512_bf16"):
-        make_plan(synthetic_host("epyc-7763-8c-32g"), TINY, Policy(target="zen"))
+@pytest.mark.parametrize(
+    ("cpu", "lacks"),
+    [("milan", "avx512f, avx512_bf16"), ("sapphire-rapids", "vendor AuthenticAMD")],
+)
+def test_zen_target_where_it_cannot_accelerate_is_refused_naming_the_way_on(cpu, lacks):
+    with pytest.raises(PlanError, match=f"target zen needs {lacks}") as refused:
+        make_plan(flavor(8, 32, cpu=cpu), TINY, Policy(target="zen"))
+    assert "--allow-inactive to serve it anyway" in str(refused.value)
+
+
+@pytest.mark.parametrize("target", ["zen", "pace"])
+def test_allow_inactive_plans_it_with_a_warning(target):
+    host = flavor(8, 32, cpu="sapphire-rapids")
+    plan = make_plan(host, TINY, Policy(target=target, allow_inactive=True))
+    # Sized and placed as vllm-openai would be: only the target's tuning env differs.
+    assert [i.cpus for i in plan.instances] == [i.cpus for i in make_plan(host, TINY).instances]
+    assert plan.warnings[0].startswith(f"target {target} needs vendor AuthenticAMD")
+    assert "it would run without its acceleration" in plan.warnings[0]
+
+
+def test_allow_inactive_adds_nothing_where_the_target_accelerates():
+    plan = make_plan(flavor(8, 32), TINY, Policy(target="zen", allow_inactive=True))
+    assert not [w for w in plan.warnings if "target zen" in w]
 
 
 def test_zen_target_adds_its_tuning_env():

@@ -1,0 +1,55 @@
+"""What this machine's CPU is, for tests that must derive their expectation from it.
+
+The CPU behind the test machines changes (AMD Zen 3, Zen 4, Intel with AMX): a test
+asks these instead of assuming a vendor or an ISA.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from zenvllm.host import Host
+from zenvllm.topology import read_host
+
+
+def this_host() -> Host:
+    return read_host(Path("/"))
+
+
+def has_amx() -> bool:
+    """What the kernel should offer here: AMX in cpuinfo on Linux 5.16 or newer."""
+    release = tuple(int(n) for n in os.uname().release.split("-")[0].split(".")[:2])
+    return "amx_tile" in this_host().flags and release >= (5, 16)
+
+
+def zentorch_active() -> bool:
+    """vLLM's ZenCpuPlatform and zentorch's bf16 path: AuthenticAMD with AVX-512 BF16."""
+    host = this_host()
+    return host.vendor == "AuthenticAMD" and {"avx512f", "avx512_bf16"} <= host.flags
+
+
+# Faked /proc/cpuinfo views (bind-mounted into a container) for the CPU kinds users
+# have, from the fixture hosts' first processor: the launcher and vLLM read vendor and
+# flags there, while the kernel and the real ISA stay this machine's.
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hosts"
+KINDS = {
+    "amd-zen3-avx2": "vm-milan-8vcpu-avx2",
+    "amd-zen4": "test-machine-zen4-2cpu",
+    "intel-amx": "xeon-8480-spr-amx",
+}
+
+
+def fake_cpuinfo(kind: str, cpus: int) -> str:
+    """`cpus` processors (this machine's count, as sysfs shows them) of the given kind."""
+    first = (FIXTURES / KINDS[kind] / "proc" / "cpuinfo").read_text().split("\n\n")[0]
+    return "".join(
+        re.sub(r"^processor\t: \d+$", f"processor\t: {i}", first, flags=re.M) + "\n\n"
+        for i in range(cpus)
+    )
+
+
+def fake_host(kind: str) -> Host:
+    """The fixture host of a kind: its vendor and flags are what the fake view shows."""
+    return read_host(FIXTURES / KINDS[kind])
