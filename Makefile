@@ -14,11 +14,15 @@ export ZENVLLM_WHEELHOUSE ?= $(wildcard /opt/wheels)
 export ZENVLLM_EXTRA_CA_CERTS ?= $(wildcard /usr/local/share/ca-certificates)
 PYTEST  := mkdir -p $(CURDIR)/.cache && $(BIN)/pytest -p no:cacheprovider --basetemp=$(CURDIR)/.cache/pytest
 
-.PHONY: help venv lint unit test test-fast engine base-image tiny-model image deploy bench \
-        bench-images test-image test-serve test-ansible test-bench test-reliability clean
+TIERS   := fast image serve ansible bench reliability
+
+.PHONY: help venv lint unit test test-fast engine base-image tiny-model image deploy undeploy \
+        model-given bench bench-images test-image test-serve test-ansible test-bench \
+        test-reliability clean
 
 help:
 	@echo "make deploy MODEL=DIR   build the image and serve MODEL on this host (Ansible)"
+	@echo "make undeploy           remove what deploy made (the model and the image stay)"
 	@echo "make test               every test tier, as CI runs it"
 	@echo "make test-fast          lint + pure-logic unit tests"
 	@echo "make image [TARGET=..]  build an image (vllm-openai, zen, pace)"
@@ -58,13 +62,22 @@ image: venv engine base-image
 # localhost (instances sized by the planner, nginx gateway on :8000).
 # DEPLOY_ARGS passes more ansible-playbook options, e.g. DEPLOY_ARGS="--check --diff".
 DEPLOY_IMAGE ?= zenvllm/$(TARGET):0.32.0
-deploy: venv engine
-	@test -n "$(MODEL)" && test -f "$(MODEL)/config.json" || \
-	  { echo "make deploy: MODEL=$(MODEL) must be a model directory with config.json" >&2; exit 2; }
+PLAYBOOK = cd ansible && ANSIBLE_HOME=$(CURDIR)/.cache/ansible ../$(BIN)/ansible-playbook deploy.yml \
+	  -e zenvllm_docker_host=$(DOCKER_HOST)
+# Listed first, so a missing MODEL is said before anything is installed.
+deploy: model-given venv engine
 	$(MAKE) image TARGET=$(TARGET)
-	cd ansible && ANSIBLE_HOME=$(CURDIR)/.cache/ansible ../$(BIN)/ansible-playbook deploy.yml \
-	  -e zenvllm_model_dir=$(abspath $(MODEL)) -e zenvllm_image=$(DEPLOY_IMAGE) \
-	  -e zenvllm_instances_target=$(TARGET) -e zenvllm_docker_host=$(DOCKER_HOST) $(DEPLOY_ARGS)
+	$(PLAYBOOK) -e zenvllm_model_dir=$(abspath $(MODEL)) -e zenvllm_image=$(DEPLOY_IMAGE) \
+	  -e zenvllm_instances_target=$(TARGET) $(DEPLOY_ARGS)
+
+model-given:
+	@test -n "$(MODEL)" && test -f "$(MODEL)/config.json" || \
+	  { echo "make deploy: MODEL=$(or $(MODEL),(not set)) must be a model directory with config.json, e.g. make deploy MODEL=/srv/models/Qwen2.5-1.5B-Instruct" >&2; exit 2; }
+
+# Removes the instances, units, env files, seccomp profile, nginx site, sysctl file and
+# fstab line deploy.yml made; keeps the model and the image. DEPLOY_ARGS="--check --diff".
+undeploy: venv
+	$(PLAYBOOK) -e zenvllm_state=absent $(DEPLOY_ARGS)
 
 # Podman (Debian's package) builds vllm-openai too, beside docker's two builders.
 test-image: venv engine base-image
@@ -105,8 +118,10 @@ test-bench: venv engine
 test-reliability: venv engine
 	$(PYTEST) -q tests/reliability
 
-# Every tier; CI=true turns any missing prerequisite into a failure, not a skip.
-test: test-fast test-image test-serve test-ansible test-bench test-reliability
+# Every tier, named and timed, then a summary; CI=true turns any missing prerequisite
+# into a failure, not a skip. Needs root; ~30 min and ~30 GiB of disk (README, Tests).
+test:
+	@MAKE="$(MAKE)" scripts/test_tiers.sh $(TIERS)
 
 clean:
 	rm -rf .cache out

@@ -178,3 +178,23 @@ def test_changing_the_model_restarts_instances_one_at_a_time(deployment):
     # (a vLLM start takes tens of seconds here).
     assert (started(NAMES[1]) - started(NAMES[0])).total_seconds() > 10
     assert completion("tiny-v2")["usage"]["completion_tokens"] == 8
+
+
+def test_undeploy_removes_the_deployment_and_again_changes_nothing(deployment):
+    base, variables = deployment
+    absent = {**variables, "zenvllm_state": "absent"}
+    run = playbook(extra_vars=absent)
+    assert run.rc == 0 and run.failed() == 0, run.output[-5000:]
+    left = engine.docker(
+        "ps", "--all", "--quiet", "--filter", f"label=zenvllm.deployment={DEPLOYMENT}"
+    )
+    assert left.stdout.strip() == ""
+    # Env files, run scripts, the seccomp profile, the planner and their directories.
+    assert not (base / "etc").exists() and not (base / "lib").exists()
+    assert not SITE.exists()
+    assert engine.docker("image", "inspect", IMAGE, check=False).returncode == 0  # kept
+    assert Path(variables["zenvllm_model_dir"], "config.json").exists()  # kept
+    again = playbook(extra_vars=absent)
+    assert again.rc == 0 and again.changed() == 0, changed_tasks(again.output)
+    check = playbook("--check", extra_vars=absent)
+    assert check.rc == 0 and check.changed() == 0, changed_tasks(check.output)

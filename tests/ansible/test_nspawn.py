@@ -203,3 +203,30 @@ def test_a_crashed_instance_comes_back_under_systemd(hosts):
     assert host.service("zenvllm-0.service").is_running
     assert host.check_output("systemctl show -p MainPID --value zenvllm-0.service") != before
     assert host.run("curl -sf http://127.0.0.1:8001/health").rc == 0
+
+
+def test_undeploy_removes_what_deploy_made_and_again_changes_nothing(hosts):
+    _, inventory, variables = hosts
+    absent = {**variables, "zenvllm_state": "absent"}
+    check = deploy(inventory, absent, "--check", "--diff")
+    assert check.rc == 0 and check.failed() == 0 and check.changed() > 0, check.output[-5000:]
+    assert infra(inventory, NAMES[0]).file("/etc/systemd/system/zenvllm-0.service").exists
+    run = deploy(inventory, absent)
+    assert run.rc == 0 and run.failed() == 0, run.output[-6000:]
+    for name in NAMES:
+        host = infra(inventory, name)
+        assert host.check_output("docker ps --all --quiet --filter label=zenvllm.managed") == ""
+        assert host.check_output("ls /etc/systemd/system | grep -c '^zenvllm' || true") == "0"
+        for path in ("/etc/zenvllm", "/opt/zenvllm/lib", "/etc/nginx/conf.d/zenvllm.conf"):
+            assert not host.file(path).exists, path
+        assert not host.file("/etc/sysctl.d/60-zenvllm.conf").exists
+        assert "/dev/shm" not in host.file("/etc/fstab").content_string
+        # What it keeps: the model, the image, the engine and nginx (no longer serving it).
+        assert host.file("/srv/models/tiny-llama/config.json").exists
+        assert host.run(f"docker image inspect {STANDIN}").rc == 0
+        assert host.service("docker").is_running and host.service("nginx").is_running
+        assert host.run("curl -sf http://127.0.0.1:8000/health").rc != 0
+    again = deploy(inventory, absent)
+    assert again.rc == 0 and again.changed() == 0, changed_tasks(again.output)
+    check = deploy(inventory, absent, "--check")
+    assert check.rc == 0 and check.changed() == 0, changed_tasks(check.output)
