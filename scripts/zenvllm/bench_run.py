@@ -15,7 +15,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 import uuid
@@ -23,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from zenvllm import bench, bench_gateway, bench_report
+from zenvllm import bench, bench_gateway, bench_report, outputs
 from zenvllm.bench import Configuration, Run, Workload
 from zenvllm.bench_gateway import Deployment
 from zenvllm.errors import UserError
@@ -276,18 +275,6 @@ def clean_leftovers(before: set[Path]) -> list[Path]:
     return removed
 
 
-def publish(staging: Path, out_dir: Path) -> None:
-    """Swap the finished staging directory in for out_dir."""
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    old = None
-    if out_dir.exists():
-        old = out_dir.with_name(f".{out_dir.name}.old-{uuid.uuid4().hex[:6]}")
-        out_dir.rename(old)
-    staging.rename(out_dir)
-    if old:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def sigterm_to_exit(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
@@ -300,10 +287,17 @@ def run_bench(
     """Measure every configuration; write the outputs; return (result, exit status)."""
     run_id = uuid.uuid4().hex[:8]
     settings.out_dir = settings.out_dir.resolve()  # docker -v needs an absolute path
-    settings.out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(
-        tempfile.mkdtemp(prefix=f".{settings.out_dir.name}.tmp-", dir=settings.out_dir.parent)
-    )
+    with outputs.staged(settings.out_dir, "--out") as staging:
+        return _measure_into(staging, run_id, configs, settings, progress)
+
+
+def _measure_into(
+    staging: Path,
+    run_id: str,
+    configs: list[Configuration],
+    settings: Settings,
+    progress: Callable[[str], None],
+) -> tuple[dict, int]:
     raw = staging / "raw"
     raw.mkdir()
     raw.chmod(0o777)  # the image's client runs as an unprivileged user and writes here
@@ -313,7 +307,6 @@ def run_bench(
     load_before = os.getloadavg()
     runs: list[Run] = []
     failures: list[str] = []
-    published = False
     try:
         for index, config in enumerate(configs, 1):
             try:
@@ -339,8 +332,6 @@ def run_bench(
         }
         result = bench.result_document(meta, configs, settings.images, runs)
         bench_report.write_outputs(result, staging, plots=settings.plots)
-        publish(staging, settings.out_dir)
-        published = True
         return result, (1 if failures else 0)
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -348,8 +339,6 @@ def run_bench(
         removed = clean_leftovers(before)
         if removed:
             progress(f"removed {len(removed)} OpenMP/vLLM leftover file(s)")
-        if not published:
-            shutil.rmtree(staging, ignore_errors=True)
 
 
 def print_summary(result: dict, out_dir: Path) -> None:

@@ -8,7 +8,7 @@ import subprocess
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from zenvllm import bench
+from zenvllm import bench, outputs
 from zenvllm.bench_gateway import Deployment
 from zenvllm.errors import UserError
 from zenvllm.host import GIB
@@ -71,6 +71,7 @@ def workload_from(args: argparse.Namespace) -> bench.Workload:
 def run(args: argparse.Namespace) -> int:
     from zenvllm import bench_run
 
+    outputs.check_output(args.out, "--out")  # before any work
     if not args.model.is_dir():
         raise UserError(f"--model {args.model}: not a directory; give a local model directory")
     model_dir = args.model.resolve()

@@ -102,7 +102,7 @@ def run_build(args: argparse.Namespace) -> int:
     previous = build.image_id(engine, tag)
     start = time.monotonic()
     with build.context_dir(baseimage.cache_dir(), context.target) as ctx:
-        images.write_context(context, ctx)
+        images.write_context(context, ctx, "the build context")
         image = build.build_context(
             engine, ctx, tag, args.network, base, _path(args.log), args.no_cache
         )

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import jinja2
 import yaml
 
-from zenvllm import amx, matrix
+from zenvllm import amx, matrix, outputs
 from zenvllm.errors import ConfigError, UserError
 from zenvllm.targets import TARGETS
 
@@ -289,12 +288,9 @@ def _link_or_copy(src: Path, dest: Path) -> None:
         shutil.copy2(src, dest)
 
 
-def write_context(context: Context, output: Path) -> Path:
-    """Write the context to `output` atomically; an existing output is replaced whole."""
-    output = output.resolve()
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}.tmp-"))
-    try:
+def write_context(context: Context, output: Path, option: str = "--output") -> Path:
+    """Write the context to `output` atomically, only over a directory zenvllm made."""
+    with outputs.staged(output, option) as tmp:
         for rel, text in context.files.items():
             path = tmp / rel
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -303,20 +299,11 @@ def write_context(context: Context, output: Path) -> Path:
             path = tmp / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             _link_or_copy(src, path)
-        old = None
-        if output.exists():
-            old = output.with_name(f".{output.name}.old-{tmp.name[-8:]}")
-            output.rename(old)
-        tmp.rename(output)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return output
+    return output.resolve()
 
 
 def render_to(config: dict, request: Request, output: Path) -> Context:
+    outputs.check_output(output, "--output")  # before any work
     context = render(config, request)
     write_context(context, output)
     return context

@@ -46,16 +46,39 @@ def kv_bytes_per_token(config: dict, dtype_bytes: int) -> int:
 
 
 def safetensors_bytes(path: Path) -> int:
-    """Bytes of tensor data in one .safetensors file, from its header alone."""
+    """Bytes of tensor data in one .safetensors file, from its header alone.
+
+    A download cut short is the commonest broken model: the header must parse and
+    every tensor must lie inside the file, or the user hears which file and why."""
+    size = path.stat().st_size
+    fix = "download or convert it again"
     with path.open("rb") as f:
-        (header_len,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(header_len))
-    return sum(
-        end - start
-        for key, t in header.items()
-        if key != "__metadata__"
-        for start, end in [t["data_offsets"]]
-    )
+        head = f.read(8)
+        if len(head) < 8:
+            raise UserError(f"{path}: {size} bytes, too short for a safetensors header; {fix}")
+        (header_len,) = struct.unpack("<Q", head)
+        if header_len > size - 8:
+            raise UserError(
+                f"{path}: its header claims {header_len:,} bytes but the file has {size:,}; "
+                f"the file is truncated or not safetensors; {fix}"
+            )
+        try:
+            header = json.loads(f.read(header_len))
+            spans = [
+                (int(t["data_offsets"][0]), int(t["data_offsets"][1]))
+                for key, t in header.items()
+                if key != "__metadata__"
+            ]
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as err:
+            raise UserError(f"{path}: the safetensors header is not valid ({err}); {fix}") from None
+    data = size - 8 - header_len
+    if any(not 0 <= start <= end <= data for start, end in spans):
+        last = max((end for _, end in spans), default=0)
+        raise UserError(
+            f"{path}: tensors need {last:,} bytes of data but the file holds {data:,}; "
+            f"the file is truncated; {fix}"
+        )
+    return sum(end - start for start, end in spans)
 
 
 def read_model(path: Path, dtype: str | None = None) -> Model:

@@ -206,19 +206,19 @@ def test_cli_refuses_a_ruled_out_pin_and_writes_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_cli_render_over_an_existing_context_replaces_it_whole(tmp_path):
+def test_cli_render_replaces_a_context_it_made_whole_with_normal_permissions(tmp_path):
     out = tmp_path / "ctx"
-    out.mkdir()
-    (out / "stale.txt").write_text("old")
-    done = subprocess.run(
-        [*CLI, "render", "--target", "vllm-openai", "--output", str(out)],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        check=False,
-    )
+
+    def render() -> subprocess.CompletedProcess:
+        argv = [*CLI, "render", "--target", "vllm-openai", "--output", str(out)]
+        return subprocess.run(argv, capture_output=True, text=True, env=ENV, check=False)
+
+    assert render().returncode == 0
+    (out / "stale.txt").write_text("old")  # inside a directory zenvllm owns
+    done = render()
     assert done.returncode == 0, done.stderr
     assert not (out / "stale.txt").exists() and (out / "Dockerfile").exists()
+    assert (out / ".zenvllm-output").is_file() and out.stat().st_mode & 0o777 == 0o755
     assert [p.name for p in tmp_path.iterdir()] == ["ctx"]
 
 

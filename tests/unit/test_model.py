@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import struct
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+from support.tiny_model import ensure_tiny_model
 
 from zenvllm.errors import UserError
 from zenvllm.model import kv_bytes_per_token, model_of_size, read_model
@@ -77,3 +83,30 @@ def test_size_only_model():
     assert model.weight_gib == 16 and model.kv_bytes_per_token is None
     with pytest.raises(UserError, match="not a positive size"):
         model_of_size(0)
+
+
+@pytest.mark.parametrize(
+    ("cut", "says"),
+    [
+        (4, "too short for a safetensors header"),
+        (1000, "its header claims"),
+        (-100, "tensors need"),
+    ],
+)
+def test_a_truncated_download_is_named_not_a_traceback(tmp_path, cut, says):
+    model = tmp_path / "m"
+    shutil.copytree(ensure_tiny_model(), model)
+    weights = model / "model.safetensors"
+    size = weights.stat().st_size
+    os.truncate(weights, cut if cut > 0 else size + cut)
+    done = subprocess.run(
+        [sys.executable, "-m", "zenvllm", "plan", "--model", str(model)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "scripts")},
+        check=False,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert "Traceback" not in done.stderr
+    assert f"{weights}: " in done.stderr and says in done.stderr
+    assert "download or convert it again" in done.stderr

@@ -1,0 +1,112 @@
+"""Output paths: zenvllm replaces only directories it made, and refuses anything else
+before any work, leaving it byte for byte as it was (`render --output`, `bench --out`)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from zenvllm import outputs
+from zenvllm.errors import UserError
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+ENV = {**os.environ, "PYTHONPATH": str(SCRIPTS)}
+
+
+def snapshot(root: Path) -> dict[str, tuple]:
+    """Every entry under root (root included): kind, mode and content or link target."""
+    entries = {}
+    for path in [root, *sorted(root.rglob("*"))] if root.is_dir() else [root]:
+        st = path.lstat()
+        if path.is_symlink():
+            entries[str(path)] = ("link", os.readlink(path))
+        elif path.is_dir():
+            entries[str(path)] = ("dir", st.st_mode, st.st_ino)
+        else:
+            entries[str(path)] = ("file", st.st_mode, st.st_ino, path.read_bytes())
+    return entries
+
+
+def foreign(tmp_path: Path, kind: str) -> tuple[Path, Path]:
+    """(the path given to zenvllm, the tree that must stay as it was)."""
+    home = tmp_path / "home"
+    (home / "sub").mkdir(parents=True)
+    (home / "notes.txt").write_text("my notes\n")
+    (home / "sub" / "y").write_text("y\n")
+    (tmp_path / "file.txt").write_text("a user's file\n")
+    if kind == "dir":
+        return home, tmp_path
+    if kind == "file":
+        return tmp_path / "file.txt", tmp_path
+    if kind == "link-to-dir":
+        (tmp_path / "link").symlink_to(home)
+    elif kind == "link-to-file":
+        (tmp_path / "link").symlink_to(tmp_path / "file.txt")
+    elif kind == "empty-dir":
+        (tmp_path / "empty").mkdir()
+        return tmp_path / "empty", tmp_path
+    return tmp_path / "link", tmp_path
+
+
+KINDS = ["dir", "file", "link-to-dir", "link-to-file", "empty-dir"]
+VERBS = {
+    "render": ["render", "--target", "vllm-openai", "--output"],
+    # --out is checked before the model, the engine or anything else.
+    "bench": ["bench", "--model", "/nonexistent", "--quick", "--out"],
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("verb", VERBS)
+def test_a_path_zenvllm_did_not_make_is_refused_and_left_as_it_was(tmp_path, kind, verb):
+    target, tree = foreign(tmp_path, kind)
+    before = snapshot(tree)
+    done = subprocess.run(
+        [sys.executable, "-m", "zenvllm", *VERBS[verb], str(target)],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == "" and "Traceback" not in done.stderr
+    option = "--output" if verb == "render" else "--out"
+    assert f"{option} {target} is " in done.stderr  # the path and what is there
+    assert "Give a path that does not exist yet, or remove that one first" in done.stderr
+    assert snapshot(tree) == before
+
+
+def test_a_failure_while_writing_leaves_the_old_output_and_no_staging(tmp_path):
+    out = tmp_path / "out"
+    with outputs.staged(out, "--out") as staging:
+        (staging / "a").write_text("first\n")
+    before = snapshot(out)
+    with pytest.raises(KeyboardInterrupt), outputs.staged(out, "--out") as staging:
+        (staging / "a").write_text("half")
+        raise KeyboardInterrupt
+    assert snapshot(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_owned_output_is_swapped_whole(tmp_path):
+    out = tmp_path / "out"
+    for text in ("one", "two"):
+        with outputs.staged(out, "--out") as staging:
+            (staging / text).write_text(text)
+    assert sorted(p.name for p in out.iterdir()) == [outputs.MARKER, "two"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_context_rendered_before_the_marker_is_still_ours(tmp_path):
+    legacy = tmp_path / "ctx"
+    (legacy / "zenvllm").mkdir(parents=True)
+    (legacy / "Dockerfile").write_text("# zenvllm x\n# Rendered by `zenvllm render` from d\n")
+    (legacy / "image.json").write_text("{}")
+    assert outputs.check_output(legacy, "--output") == legacy
+    (legacy / "notes.txt").write_text("mine")  # anything else there: not ours
+    with pytest.raises(UserError, match="did not make"):
+        outputs.check_output(legacy, "--output")
