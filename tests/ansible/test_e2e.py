@@ -180,6 +180,19 @@ def test_changing_the_model_restarts_instances_one_at_a_time(deployment):
     assert completion("tiny-v2")["usage"]["completion_tokens"] == 8
 
 
+def test_a_site_zenvllm_did_not_write_is_refused_untouched(deployment, tmp_path):
+    _, variables = deployment
+    site = tmp_path / "conf.d" / "theirs.conf"
+    site.parent.mkdir()
+    site.write_text("server { listen 127.0.0.1:9; }\n")
+    run = playbook(
+        "--tags", "gateway", extra_vars={**variables, "zenvllm_gateway_site_path": str(site)}
+    )
+    assert run.rc != 0
+    assert f"{site} exists and zenvllm did not write it" in run.output, run.output[-3000:]
+    assert site.read_text() == "server { listen 127.0.0.1:9; }\n"
+
+
 def test_undeploy_removes_the_deployment_and_again_changes_nothing(deployment):
     base, variables = deployment
     absent = {**variables, "zenvllm_state": "absent"}

@@ -234,3 +234,35 @@ def test_a_smaller_plan_prunes_the_files_of_dropped_instances(rendered):
     assert run.rc == 0 and run.failed() == 0, run.output[-4000:]
     assert sorted(p.name for p in (dest / "units").iterdir()) == ["zenvllm-0.service"]
     assert sorted(p.name for p in (dest / "etc").glob("*.env")) == ["zenvllm-0.env"]
+
+
+def test_files_of_the_same_name_zenvllm_did_not_write_are_refused_untouched(tmp_path):
+    units, etc = tmp_path / "units", tmp_path / "etc"
+    units.mkdir()
+    etc.mkdir()
+    (units / "zenvllm-0.service").write_text("[Unit]\nDescription=the operator's own\n")
+    (etc / "zenvllm-1.env").write_text("MINE=1\n")
+    before = {p: p.read_bytes() for p in (*units.iterdir(), *etc.iterdir())}
+    run = playbook(
+        "--tags",
+        "instances",
+        extra_vars={
+            "zenvllm_model_dir": "/srv/models/llm",
+            "zenvllm_instances_flavor": "epyc-9454-24c-96g",
+            "zenvllm_instances_model_size_gib": 1,
+            "zenvllm_instances_count": 2,
+            "zenvllm_instances_render_only": True,
+            "zenvllm_instances_supervisor": "systemd",
+            "zenvllm_instances_config_dir": str(etc),
+            "zenvllm_instances_unit_dir": str(units),
+            "zenvllm_instances_lib_dir": str(tmp_path / "lib"),
+            "zenvllm_instances_seccomp_profile": str(etc / "seccomp.json"),
+        },
+    )
+    assert run.rc != 0
+    assert f"{etc}/zenvllm-1.env, {units}/zenvllm-0.service exist(s)" in run.output, run.output[
+        -3000:
+    ]
+    assert "zenvllm_instances_deployment" in run.output
+    # Refused before anything was written: the operator's files as they were, nothing else.
+    assert {p: p.read_bytes() for p in (*units.iterdir(), *etc.iterdir())} == before

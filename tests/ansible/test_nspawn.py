@@ -205,6 +205,28 @@ def test_a_crashed_instance_comes_back_under_systemd(hosts):
     assert host.run("curl -sf http://127.0.0.1:8001/health").rc == 0
 
 
+def test_host_settings_zenvllm_did_not_write_are_refused_untouched(hosts):
+    _, inventory, variables = hosts
+    host = infra(inventory, NAMES[0])
+    host.run("echo 'vm.theirs = 1' > /etc/sysctl.d/61-theirs.conf")
+    host.run("echo 'none /dev/shm tmpfs rw,size=1g 0 0' >> /etc/fstab")
+    fstab = host.file("/etc/fstab").content_string
+    try:
+        theirs = {**variables, "zenvllm_host_sysctl_file": "/etc/sysctl.d/61-theirs.conf"}
+        run = deploy(inventory, theirs, "--tags", "host", "--limit", NAMES[0])
+        assert run.rc != 0
+        assert "/etc/sysctl.d/61-theirs.conf exists and zenvllm did not write it" in run.output
+        run = deploy(inventory, variables, "--tags", "host", "--limit", NAMES[0])
+        assert run.rc != 0
+        assert "/etc/fstab already mounts /dev/shm (none /dev/shm tmpfs rw,size=1g 0 0)" in (
+            run.output
+        ), run.output[-3000:]
+        assert host.file("/etc/sysctl.d/61-theirs.conf").content_string == "vm.theirs = 1\n"
+        assert host.file("/etc/fstab").content_string == fstab
+    finally:
+        host.run("rm -f /etc/sysctl.d/61-theirs.conf; sed -i '/^none \\/dev\\/shm /d' /etc/fstab")
+
+
 def test_undeploy_removes_what_deploy_made_and_again_changes_nothing(hosts):
     _, inventory, variables = hosts
     absent = {**variables, "zenvllm_state": "absent"}
