@@ -9,6 +9,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from zenvllm import bench, outputs
+from zenvllm.arguments import real, whole
 from zenvllm.bench_gateway import Deployment
 from zenvllm.errors import UserError
 from zenvllm.host import GIB
@@ -161,14 +162,7 @@ def run(args: argparse.Namespace) -> int:
     return status
 
 
-def positive(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{n} must be 1 or more")
-    return n
+positive = whole(1)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -203,7 +197,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--base-port", type=positive, default=8401, help="first server port")
     parser.add_argument("--out", type=Path, default=Path("out/bench"), help="output directory")
-    parser.add_argument("--start-timeout", type=float, default=900, help="seconds to /health")
+    parser.add_argument(
+        "--start-timeout", type=real(0, example=900), default=900, help="seconds to /health"
+    )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNGs (no matplotlib)")
     parser.add_argument(
         "--dry-run", action="store_true", help="print the configurations as JSON, run nothing"

@@ -6,21 +6,14 @@ import argparse
 import json
 from pathlib import Path
 
+from zenvllm import arguments
+from zenvllm.arguments import real, whole
 from zenvllm.flavors import PRESETS, synthetic_host
 from zenvllm.host import GIB, Host
 from zenvllm.model import Model, model_of_size, read_model
 from zenvllm.plan import LAYOUTS, Plan, Policy, make_plan
 from zenvllm.targets import TARGETS
 from zenvllm.topology import format_cpu_list, read_host
-
-
-def instances_arg(value: str) -> int | None:
-    if value == "auto":
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number or 'auto'") from None
 
 
 def add_plan_options(parser: argparse.ArgumentParser) -> None:
@@ -41,10 +34,12 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
     model.add_argument(
         "--model", type=Path, help="local model directory (config.json, safetensors)"
     )
-    model.add_argument("--model-size-gib", type=float, help="model weights in GiB, when not local")
+    model.add_argument(
+        "--model-size-gib", type=real(0, example=16), help="model weights in GiB, when not local"
+    )
     parser.add_argument(
         "--instances",
-        type=instances_arg,
+        type=arguments.instances,
         default=None,
         metavar="N|auto",
         help="number of vLLM instances (default auto)",
@@ -61,15 +56,19 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
         default="contiguous",
         help="cores of an instance side by side (L3-packed) or every k-th",
     )
-    parser.add_argument("--base-port", type=int, default=8001)
-    parser.add_argument("--kv-cache-gib", type=int, help="KV cache per instance (default sized)")
+    parser.add_argument("--base-port", type=whole(1, 65535, example=8001), default=8001)
+    parser.add_argument(
+        "--kv-cache-gib", type=whole(1, example=4), help="KV cache per instance (default sized)"
+    )
     parser.add_argument(
         "--kv-fraction",
-        type=float,
+        type=real(0, 1, example=0.9),
         default=0.9,
         help="share of a node's leftover memory given to KV caches",
     )
-    parser.add_argument("--max-model-len", type=int, help="context length vLLM will serve")
+    parser.add_argument(
+        "--max-model-len", type=whole(1, example=4096), help="context length vLLM will serve"
+    )
 
 
 def host_from(args: argparse.Namespace) -> Host:

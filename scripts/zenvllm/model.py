@@ -29,19 +29,51 @@ class Model:
         return self.weight_bytes / GIB
 
 
+MAX_MODEL_GIB = 1 << 20  # 1 PiB: beyond any host's memory
+
+
 def model_of_size(gib: float, name: str | None = None) -> Model:
-    if not gib > 0:
-        raise UserError(f"--model-size-gib {gib} is not a positive size; give the weights in GiB")
+    if not 0 < gib <= MAX_MODEL_GIB:
+        raise UserError(
+            f"--model-size-gib {gib:g} is not a size in (0, {MAX_MODEL_GIB}] GiB; "
+            "give the weights in GiB, e.g. 16"
+        )
     return Model(name=name or f"{gib:g} GiB model", weight_bytes=int(gib * GIB))
 
 
-def kv_bytes_per_token(config: dict, dtype_bytes: int) -> int:
-    """layers x KV heads x head_dim x 2 (K and V) x bytes per element."""
+def config_int(config: dict, key: str, where: str = "config.json") -> int | None:
+    """A positive integer field, None when absent; anything else is refused by name."""
+    value = config.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise UserError(
+            f"{where}: {key} is {json.dumps(value)[:60]}, not a positive integer; "
+            "fix the model's config.json (it must match the weights)"
+        )
+    return value
+
+
+def kv_bytes_per_token(config: dict, dtype_bytes: int) -> int | None:
+    """K and V bytes per token: layers x KV heads x head_dim x 2 x bytes per element.
+
+    MLA (DeepSeek's kv_lora_rank) caches one compressed latent per layer instead.
+    Sliding-window layers are counted in full: an upper bound. None when the
+    config lacks the fields (an unusual architecture): the plan is then size-only.
+    """
     text = config.get("text_config", config)  # multimodal configs nest the LM
-    layers = text["num_hidden_layers"]
-    heads = text["num_attention_heads"]
-    kv_heads = text.get("num_key_value_heads") or heads
-    head_dim = text.get("head_dim") or text["hidden_size"] // heads
+    if not isinstance(text, dict):
+        raise UserError("config.json: text_config is not an object; fix the model's config.json")
+    layers = config_int(text, "num_hidden_layers")
+    rank = config_int(text, "kv_lora_rank")
+    if layers and rank:
+        return layers * (rank + (config_int(text, "qk_rope_head_dim") or 0)) * dtype_bytes
+    heads = config_int(text, "num_attention_heads")
+    kv_heads = config_int(text, "num_key_value_heads") or heads
+    hidden = config_int(text, "hidden_size")
+    head_dim = config_int(text, "head_dim") or (hidden // heads if hidden and heads else None)
+    if not (layers and kv_heads and head_dim):
+        return None
     return layers * kv_heads * head_dim * 2 * dtype_bytes
 
 
@@ -81,6 +113,37 @@ def safetensors_bytes(path: Path) -> int:
     return sum(end - start for start, end in spans)
 
 
+def shards(path: Path) -> list[Path]:
+    """The safetensors files, all of them: a sharded index must find every shard it names."""
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+            named = sorted(set(weight_map.values()))
+            if not all(isinstance(n, str) and n and "/" not in n for n in named):
+                raise TypeError("shard names must be file names")
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
+            raise UserError(f"{index}: not a valid shard index ({err}); re-download it") from None
+        missing = [n for n in named if not (path / n).is_file()]
+        if missing:
+            raise UserError(
+                f"{index} names {len(named)} shard(s) but {len(missing)} are missing "
+                f"({', '.join(missing[:3])}); finish the download"
+            )
+    found = sorted(path.glob("*.safetensors"))
+    if not found:
+        gguf = (
+            " (GGUF files are llama.cpp's; vLLM serves safetensors)"
+            if any(path.glob("*.gguf"))
+            else ""
+        )
+        raise UserError(
+            f"--model {path}: no *.safetensors files{gguf}; zenvllm sizes models from "
+            "safetensors headers (convert the weights, or pass --model-size-gib N)"
+        )
+    return found
+
+
 def read_model(path: Path, dtype: str | None = None) -> Model:
     """Size a local model directory. `dtype` overrides the config's for KV bytes."""
     config_file = path / "config.json"
@@ -91,22 +154,20 @@ def read_model(path: Path, dtype: str | None = None) -> Model:
         )
     try:
         config = json.loads(config_file.read_text())
-    except json.JSONDecodeError as err:
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise UserError(f"--model {path}: config.json is not valid JSON ({err})") from None
-    weight_files = sorted(path.glob("*.safetensors"))
-    if not weight_files:
-        raise UserError(
-            f"--model {path}: no *.safetensors files; zenvllm sizes models from "
-            "safetensors headers (convert the weights, or pass --model-size-gib N)"
-        )
+    if not isinstance(config, dict):
+        raise UserError(f"--model {path}: config.json is not a JSON object; fix or re-download it")
+    weight_files = shards(path)
     dtype = dtype or config.get("torch_dtype") or config.get("dtype") or "bfloat16"
     try:
         kv = kv_bytes_per_token(config, DTYPE_BYTES.get(str(dtype), 2))
-    except (KeyError, TypeError, ZeroDivisionError):
-        kv = None  # an architecture without the usual fields: size-only plan
+        max_len = config_int(config, "max_position_embeddings")
+    except UserError as err:
+        raise UserError(f"--model {path}: {err}") from None
     return Model(
         name=path.name,
         weight_bytes=sum(safetensors_bytes(f) for f in weight_files),
         kv_bytes_per_token=kv,
-        max_model_len=config.get("max_position_embeddings"),
+        max_model_len=max_len,
     )

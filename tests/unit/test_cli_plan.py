@@ -86,7 +86,8 @@ def test_impossible_model_exits_non_zero_naming_needed_and_available_gib():
         (["--flavor", "vcpus=7,ram_gib=8,smt=2"], "7 vCPUs do not split evenly"),
         (["--root", "/nonexistent"], "/nonexistent"),
         (["--model", "/nonexistent"], "no config.json"),
-        (["--instances", "0"], "give 1 or more"),
+        (["--instances", "0"], "argument --instances: '0' is not a whole number of 1 or more"),
+        (["--kv-fraction", "nan"], "argument --kv-fraction: 'nan' is not a number in (0, 1]"),
     ],
 )
 def test_bad_input_is_refused_cleanly(args, message):

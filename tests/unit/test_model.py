@@ -81,7 +81,7 @@ def test_missing_config_and_missing_weights_are_refused(tmp_path):
 def test_size_only_model():
     model = model_of_size(16)
     assert model.weight_gib == 16 and model.kv_bytes_per_token is None
-    with pytest.raises(UserError, match="not a positive size"):
+    with pytest.raises(UserError, match=r"is not a size in \(0, 1048576\] GiB"):
         model_of_size(0)
 
 
@@ -110,3 +110,60 @@ def test_a_truncated_download_is_named_not_a_traceback(tmp_path, cut, says):
     assert "Traceback" not in done.stderr
     assert f"{weights}: " in done.stderr and says in done.stderr
     assert "download or convert it again" in done.stderr
+
+
+def model_dir(tmp_path: Path, config: dict, weights: dict[str, bytes]) -> Path:
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    for name, data in weights.items():
+        (tmp_path / name).write_bytes(data)
+    return tmp_path
+
+
+def tiny_weights() -> bytes:
+    return (ensure_tiny_model() / "model.safetensors").read_bytes()
+
+
+def test_a_shard_index_naming_missing_shards_is_refused(tmp_path):
+    index = {
+        "weight_map": {
+            "a": "model-00001-of-00002.safetensors",
+            "b": "model-00002-of-00002.safetensors",
+        }
+    }
+    path = model_dir(
+        tmp_path, {"num_hidden_layers": 2}, {"model-00001-of-00002.safetensors": tiny_weights()}
+    )
+    (path / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(
+        UserError, match=r"names 2 shard\(s\) but 1 are missing \(model-00002-of-00002"
+    ):
+        read_model(path)
+
+
+@pytest.mark.parametrize("value", ["2", -1, 0, 2.5, True, [2]])
+def test_a_wrongly_typed_config_field_is_refused_by_name(tmp_path, value):
+    path = model_dir(tmp_path, {"num_hidden_layers": value}, {"model.safetensors": tiny_weights()})
+    with pytest.raises(UserError, match=r"num_hidden_layers is .* not a positive integer"):
+        read_model(path)
+
+
+def test_gguf_only_directory_says_what_gguf_is(tmp_path):
+    path = model_dir(tmp_path, {}, {"model-Q8_0.gguf": b"GGUF"})
+    with pytest.raises(UserError, match=r"GGUF files are llama\.cpp.s; vLLM serves safetensors"):
+        read_model(path)
+
+
+def test_mla_caches_one_latent_per_layer():
+    # DeepSeek-V3's shape: 61 layers, kv_lora_rank 512 + qk_rope_head_dim 64, bf16.
+    config = {
+        "num_hidden_layers": 61,
+        "num_attention_heads": 128,
+        "kv_lora_rank": 512,
+        "qk_rope_head_dim": 64,
+        "hidden_size": 7168,
+    }
+    assert kv_bytes_per_token(config, 2) == 61 * (512 + 64) * 2
+
+
+def test_missing_attention_fields_plan_size_only():
+    assert kv_bytes_per_token({"num_hidden_layers": 2}, 2) is None

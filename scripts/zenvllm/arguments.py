@@ -1,0 +1,48 @@
+"""Number types for the CLI's options: argparse refuses a bad value by the option's
+name, with the value, the limit and an example (`argument --kv-fraction: 'nan' is not
+a number in (0, 1]; e.g. 0.9`), exit 2, before any work."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+
+
+def whole(low: int, high: int | None = None, example: int = 1) -> Callable[[str], int]:
+    """A whole number in [low, high]."""
+    limit = f"from {low} to {high}" if high is not None else f"of {low} or more"
+
+    def parse(value: str) -> int:
+        try:
+            n = int(value)
+        except ValueError:
+            n = None
+        if n is None or n < low or (high is not None and n > high):
+            raise argparse.ArgumentTypeError(
+                f"{value!r} is not a whole number {limit}; e.g. {example}"
+            )
+        return n
+
+    return parse
+
+
+def real(low: float, high: float | None = None, example: float = 1.0) -> Callable[[str], float]:
+    """A finite number above `low` and at most `high`: NaN and infinities are refused."""
+    limit = f"in ({low:g}, {high:g}]" if high is not None else f"above {low:g}"
+
+    def parse(value: str) -> float:
+        try:
+            x = float(value)
+        except ValueError:
+            x = math.nan
+        if not math.isfinite(x) or x <= low or (high is not None and x > high):
+            raise argparse.ArgumentTypeError(f"{value!r} is not a number {limit}; e.g. {example:g}")
+        return x
+
+    return parse
+
+
+def instances(value: str) -> int | None:
+    """'auto' (None) or a whole number of 1 or more."""
+    return None if value == "auto" else whole(1, example=2)(value)
