@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -275,10 +274,6 @@ def clean_leftovers(before: set[Path]) -> list[Path]:
     return removed
 
 
-def sigterm_to_exit(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
-
-
 def run_bench(
     configs: list[Configuration],
     settings: Settings,
@@ -302,7 +297,6 @@ def _measure_into(
     raw.mkdir()
     raw.chmod(0o777)  # the image's client runs as an unprivileged user and writes here
     before = leftovers()
-    previous = signal.signal(signal.SIGTERM, sigterm_to_exit)
     started = time.time()
     load_before = os.getloadavg()
     runs: list[Run] = []
@@ -334,7 +328,6 @@ def _measure_into(
         bench_report.write_outputs(result, staging, plots=settings.plots)
         return result, (1 if failures else 0)
     finally:
-        signal.signal(signal.SIGTERM, previous)
         remove_labelled(run_id)
         removed = clean_leftovers(before)
         if removed:

@@ -72,7 +72,7 @@ def check_output(path: Path, option: str) -> Path:
 def staged(path: Path, option: str) -> Iterator[Path]:
     """Write into a staging directory beside `path`; on success it replaces `path`.
 
-    On any error, Ctrl-C or SIGTERM (raised as SystemExit), the staging
+    On any error, Ctrl-C or SIGTERM (the CLI raises it as KeyboardInterrupt), the staging
     directory goes and `path` stays as it was.
     """
     out = check_output(path, option)
