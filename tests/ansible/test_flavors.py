@@ -266,3 +266,18 @@ def test_files_of_the_same_name_zenvllm_did_not_write_are_refused_untouched(tmp_
     assert "zenvllm_instances_deployment" in run.output
     # Refused before anything was written: the operator's files as they were, nothing else.
     assert {p: p.read_bytes() for p in (*units.iterdir(), *etc.iterdir())} == before
+
+
+def test_a_gateway_port_an_instance_uses_is_refused(tmp_path):
+    run = playbook(
+        "--tags",
+        "gateway",
+        extra_vars={
+            "zenvllm_gateway_listen": "127.0.0.1:8002",
+            "zenvllm_gateway_upstreams": ["127.0.0.1:8001", "127.0.0.1:8002"],
+            "zenvllm_gateway_site_path": str(tmp_path / "site.conf"),
+        },
+    )
+    assert run.rc != 0
+    assert "zenvllm_gateway_listen=127.0.0.1:8002 uses the port of an instance" in run.output
+    assert not (tmp_path / "site.conf").exists()
