@@ -13,24 +13,24 @@ import os
 import signal
 import sys
 
-from zenvllm import __version__
+from zenvllm import (
+    __version__,
+    commands_bench,
+    commands_doctor,
+    commands_image,
+    commands_plan,
+)
 from zenvllm.errors import UserError
 
 # Verb modules, in the order `--help` lists them.
-VERBS = (
-    "zenvllm.commands_plan",
-    "zenvllm.commands_doctor",
-    "zenvllm.commands_image",
-    "zenvllm.commands_bench",
-)
+VERBS = (commands_plan, commands_doctor, commands_image, commands_bench)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="zenvllm", description="Run vLLM well on AMD EPYC CPUs.")
     parser.add_argument("--version", action="version", version=f"zenvllm {__version__}")
     subparsers = parser.add_subparsers(dest="verb", required=True)
-    for name in VERBS:
-        module = __import__(name, fromlist=["register"])
+    for module in VERBS:
         module.register(subparsers)
     return parser
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import sys
 import urllib.request
+from pathlib import Path
 
-from zenvllm.launcher import PORT_FILE
+PORT_FILE = Path("/tmp/zenvllm.port")  # the launcher records the port it gave vLLM
 
 
 def port() -> str:

@@ -24,15 +24,13 @@ from importlib import metadata
 from pathlib import Path
 
 from zenvllm.errors import UserError
+from zenvllm.health import PORT_FILE
 from zenvllm.host import Host
+from zenvllm.targets import TARGETS, missing_isa
 from zenvllm.topology import format_cpu_list, parse_cpu_list
 
 MANIFEST = Path("/etc/zenvllm/image.json")
-PORT_FILE = Path("/tmp/zenvllm.port")  # read by `python -m zenvllm.health`
 PREFIX = "zenvllm-launch:"
-# What vLLM's ZenCpuPlatform and zentorch's bf16 path need from /proc/cpuinfo.
-ZEN_VENDOR = "AuthenticAMD"
-ZEN_FLAGS = ("avx512f", "avx512_bf16")
 
 
 def log(message: str) -> None:
@@ -196,16 +194,11 @@ def release(version: str) -> tuple[int, ...]:
     return tuple(int(n) for n in nums)
 
 
-def cpu_lacks(host: Host, vendor: str, flags: tuple[str, ...]) -> list[str]:
-    lacks = [] if host.vendor == vendor else [f"vendor {vendor} (this CPU is {host.vendor})"]
-    return lacks + [f for f in flags if f not in host.flags]
-
-
 def zentorch_state(host: Host, zentorch: str | None, torch: str | None) -> tuple[bool, str]:
     """Whether zentorch will accelerate this container, and why or why not."""
     if zentorch is None:
         return False, "zentorch is not installed (build the zen target)"
-    lacks = cpu_lacks(host, ZEN_VENDOR, ZEN_FLAGS)
+    lacks = missing_isa(TARGETS["zen"], host)
     if lacks:
         return False, (
             f"zentorch {zentorch} is installed but INACTIVE: this CPU lacks "
@@ -218,8 +211,9 @@ def zentorch_state(host: Host, zentorch: str | None, torch: str | None) -> tuple
             f"zentorch {zentorch} is installed but INACTIVE: it needs torch "
             f"{'.'.join(map(str, release(zentorch)[:2]))}.x, found torch {torch}"
         )
+    flags = ", ".join(TARGETS["zen"].needs_flags)
     return True, (
-        f"zentorch {zentorch} is ACTIVE: {ZEN_VENDOR} with {', '.join(ZEN_FLAGS)}; "
+        f"zentorch {zentorch} is ACTIVE: {host.vendor} with {flags}; "
         "vLLM will select its ZenCpuPlatform (ZenDNN kernels for linear layers)"
     )
 
@@ -249,7 +243,7 @@ def pace_state(host: Host, pace: str | None, vllm: str | None, spec: str) -> tup
         return False, "pace-vllm is not installed (build the pace target)"
     if vllm is None or not in_range(vllm, spec):
         return False, f"pace-vllm {pace} is INACTIVE: it supports vLLM {spec}, found {vllm}"
-    lacks = cpu_lacks(host, ZEN_VENDOR, ZEN_FLAGS)
+    lacks = missing_isa(TARGETS["pace"], host)
     if lacks:
         return (
             False,
@@ -262,7 +256,7 @@ def vllm_picks_zen(host: Host, zentorch: str | None) -> bool:
     """vLLM's own rule: AuthenticAMD and any avx512 flag in /proc/cpuinfo, and zentorch."""
     return (
         zentorch is not None
-        and host.vendor == ZEN_VENDOR
+        and host.vendor == TARGETS["zen"].needs_vendor
         and any(f.startswith("avx512") for f in host.flags)
     )
 

@@ -57,5 +57,5 @@ def missing_isa(target: Target, host: Host) -> list[str]:
     """What the host lacks for the target to accelerate anything; empty when it can."""
     missing = [f for f in target.needs_flags if f not in host.flags]
     if target.needs_vendor and host.vendor and host.vendor != target.needs_vendor:
-        missing.insert(0, f"vendor {target.needs_vendor} (host is {host.vendor})")
+        missing.insert(0, f"vendor {target.needs_vendor} (this CPU is {host.vendor})")
     return missing

@@ -242,7 +242,7 @@ def test_doctor_and_reader_need_only_the_standard_library() -> None:
     # -S drops site-packages: any third-party import would fail here.
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); "
-        "import zenvllm.commands_doctor, zenvllm.doctor, zenvllm.topology"
+        "import zenvllm.cli, zenvllm.commands_doctor, zenvllm.doctor, zenvllm.topology"
     )
     done = subprocess.run(
         [sys.executable, "-S", "-c", code, str(SCRIPTS)], capture_output=True, text=True
