@@ -281,3 +281,47 @@ def test_a_gateway_port_an_instance_uses_is_refused(tmp_path):
     assert run.rc != 0
     assert "zenvllm_gateway_listen=127.0.0.1:8002 uses the port of an instance" in run.output
     assert not (tmp_path / "site.conf").exists()
+
+
+def render_one(tmp_path, supervisor: str, **extra):
+    return playbook(
+        "--tags",
+        "instances",
+        extra_vars={
+            "zenvllm_model_dir": "/srv/my models/llm",
+            "zenvllm_instances_flavor": "epyc-9454-24c-96g",
+            "zenvllm_instances_model_size_gib": 1,
+            "zenvllm_instances_count": 1,
+            "zenvllm_instances_render_only": True,
+            "zenvllm_instances_supervisor": supervisor,
+            "zenvllm_instances_config_dir": str(tmp_path / "etc"),
+            "zenvllm_instances_unit_dir": str(tmp_path / "units"),
+            "zenvllm_instances_lib_dir": str(tmp_path / "lib"),
+            "zenvllm_instances_seccomp_profile": str(tmp_path / "etc" / "seccomp.json"),
+            **extra,
+        },
+    )
+
+
+def test_a_model_path_with_spaces_reaches_the_container_as_one_argument(tmp_path):
+    (tmp_path / "units").mkdir()
+    run = render_one(tmp_path, "systemd")
+    assert run.rc == 0 and run.failed() == 0, run.output[-3000:]
+    unit = (tmp_path / "units" / "zenvllm-0.service").read_text()
+    assert '"--volume=/srv/my models/llm:/model:ro"' in unit  # systemd's quoting
+    run = render_one(tmp_path, "engine")
+    assert run.rc == 0 and run.failed() == 0, run.output[-3000:]
+    script = (tmp_path / "etc" / "zenvllm-0.run.sh").read_text()
+    assert "'--volume=/srv/my models/llm:/model:ro'" in script  # the shell's
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("zenvllm_instances_base_port", "eighty"), ("zenvllm_instances_kv_cache_gib", [1])],
+)
+def test_a_variable_of_the_wrong_type_is_refused_by_name(tmp_path, variable, value):
+    (tmp_path / "units").mkdir()
+    run = render_one(tmp_path, "systemd", **{variable: value})
+    assert run.rc != 0
+    assert variable in run.output, run.output[-3000:]
+    assert not (tmp_path / "etc").exists() and not list((tmp_path / "units").iterdir())

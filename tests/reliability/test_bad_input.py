@@ -8,6 +8,7 @@ behind (no output on stdout, no partial files, no started containers).
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -264,3 +265,55 @@ def test_build_failing_half_way(tmp_path):
     contexts = Path(os.environ.get("ZENVLLM_CACHE", "/var/cache/zenvllm")) / "contexts"
     assert [p for p in leftovers(contexts) if p.startswith(".")] == []
     assert "uv==0.13.99" in (contexts / "vllm-openai" / "Dockerfile").read_text()
+
+
+def test_build_interrupted_leaves_no_image_and_no_half_context(tmp_path):
+    image_present()
+    tag = "zenvllm/reliability-interrupted:test"
+    docker("rmi", tag, check=False)
+    contexts = Path(os.environ.get("ZENVLLM_CACHE", "/var/cache/zenvllm")) / "contexts"
+    log = tmp_path / "build.log"
+    extra_ca = os.environ.get("ZENVLLM_EXTRA_CA_CERTS", "/usr/local/share/ca-certificates")
+    ca = ["--extra-ca-certs", extra_ca] if Path(extra_ca).exists() else []
+    # --no-cache: every step runs again, so the build is under way when the signal lands.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zenvllm", "build", "--target", "vllm-openai", "--no-cache",
+         "--tag", tag, "--log", str(log), *ca],
+        env={**os.environ, "DOCKER_HOST": DOCKER_HOST},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and "[os " not in (
+            log.read_text() if log.exists() else ""
+        ):
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err
+    assert "zenvllm build: interrupted (SIGTERM); nothing half-written was left" in err
+    assert docker("image", "inspect", tag, check=False).returncode != 0
+    assert [p for p in leftovers(contexts) if p.startswith(".")] == []
+
+
+def test_build_context_on_a_full_disk(tmp_path):
+    image_present()
+    require(os.geteuid() == 0, "mounting a small tmpfs needs root")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(cache)], check=True)
+    try:
+        done = zenvllm(
+            "build", "--target", "vllm-openai", "--tag", "zenvllm/reliability-full:test",
+            env={"ZENVLLM_CACHE": str(cache), "DOCKER_HOST": DOCKER_HOST},
+        )  # fmt: skip
+        refused(done, "No space left on device", "free space there or choose another path")
+        assert "Traceback" not in done.stderr
+        # Only the lock zenvllm keeps for the target: no context, no staging directory.
+        assert leftovers(cache / "contexts") == ["vllm-openai.lock"]
+    finally:
+        subprocess.run(["umount", str(cache)], check=True)
+    assert docker("image", "inspect", "zenvllm/reliability-full:test", check=False).returncode
