@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import json
 import shutil
+import socket
 import subprocess
 import time
 import urllib.request
@@ -191,6 +192,31 @@ def test_a_site_zenvllm_did_not_write_is_refused_untouched(deployment, tmp_path)
     assert run.rc != 0
     assert f"{site} exists and zenvllm did not write it" in run.output, run.output[-3000:]
     assert site.read_text() == "server { listen 127.0.0.1:9; }\n"
+
+
+def test_a_planned_port_another_service_holds_is_refused_before_anything(deployment, tmp_path):
+    _, variables = deployment
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        run = playbook(
+            "--tags",
+            "instances",
+            extra_vars={
+                **variables,
+                "zenvllm_instances_deployment": "zenvllm-e2e-busy",
+                "zenvllm_instances_base_port": port,
+                "zenvllm_instances_count": 1,
+                "zenvllm_instances_config_dir": str(tmp_path / "etc"),
+            },
+        )
+    assert run.rc != 0
+    assert f"Port {port} on 127.0.0.1 is already in use by something other than" in run.output
+    assert "zenvllm_instances_base_port" in run.output
+    assert not (tmp_path / "etc").exists()
+    left = engine.docker("ps", "-aq", "--filter", "label=zenvllm.deployment=zenvllm-e2e-busy")
+    assert left.stdout.strip() == ""
 
 
 def test_undeploy_removes_the_deployment_and_again_changes_nothing(deployment):
