@@ -186,9 +186,12 @@ def test_a_site_zenvllm_did_not_write_is_refused_untouched(deployment, tmp_path)
     site = tmp_path / "conf.d" / "theirs.conf"
     site.parent.mkdir()
     site.write_text("server { listen 127.0.0.1:9; }\n")
-    run = playbook(
-        "--tags", "gateway", extra_vars={**variables, "zenvllm_gateway_site_path": str(site)}
-    )
+    theirs = {
+        **variables,
+        "zenvllm_gateway_site_path": str(site),
+        "zenvllm_gateway_upstreams": [f"127.0.0.1:{PORTS[0]}"],  # no plan under --tags gateway
+    }
+    run = playbook("--tags", "gateway", extra_vars=theirs)
     assert run.rc != 0
     assert f"{site} exists and zenvllm did not write it" in run.output, run.output[-3000:]
     assert site.read_text() == "server { listen 127.0.0.1:9; }\n"
