@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Callable
 
 
@@ -46,3 +47,13 @@ def real(low: float, high: float | None = None, example: float = 1.0) -> Callabl
 def instances(value: str) -> int | None:
     """'auto' (None) or a whole number of 1 or more."""
     return None if value == "auto" else whole(1, example=2)(value)
+
+
+def name(value: str) -> str:
+    """A container name prefix: what docker, systemd and the env files all accept."""
+    if not re.fullmatch(r"[a-z][a-z0-9-]{0,40}", value):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a name of lowercase letters, digits and dashes (up to 41, "
+            "starting with a letter); e.g. zenvllm"
+        )
+    return value

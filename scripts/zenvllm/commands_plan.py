@@ -67,6 +67,12 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
         help="share of a node's leftover memory given to KV caches",
     )
     parser.add_argument(
+        "--name-prefix",
+        type=arguments.name,
+        default="zenvllm",
+        help="instances are named PREFIX-0, PREFIX-1, ... (a deployment's name)",
+    )
+    parser.add_argument(
         "--max-model-len", type=whole(1, example=4096), help="context length vLLM will serve"
     )
 
@@ -88,6 +94,7 @@ def policy_from(args: argparse.Namespace) -> Policy:
         instances=args.instances,
         target=args.target,
         allow_inactive=args.allow_inactive,
+        name_prefix=args.name_prefix,
         layout=args.layout,
         base_port=args.base_port,
         kv_cache_gib=args.kv_cache_gib,

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+from zenvllm import deployed
 from zenvllm.errors import UserError
 from zenvllm.health import PORT_FILE
 from zenvllm.host import Host
@@ -159,6 +160,13 @@ def bind_problem(bind: str, allowed: frozenset[int]) -> str | None:
 def shm_free(path: str = "/dev/shm") -> int | None:
     try:
         return shutil.disk_usage(path).free
+    except OSError:
+        return None
+
+
+def shm_total_mib(path: str = "/dev/shm") -> int | None:
+    try:
+        return shutil.disk_usage(path).total // (1024 * 1024)
     except OSError:
         return None
 
@@ -310,15 +318,26 @@ def log_state(active: bool, message: str, wanted: bool) -> None:
 
 
 # -- main ----------------------------------------------------------------------
-def prepare(argv: list[str], env: dict[str, str], host: Host, manifest: dict) -> list[str]:
-    """Everything but the exec: logs, env updates in place, the argv for vLLM."""
-    serve = parse_args(argv)
-    target = env.get("ZENVLLM_TARGET") or manifest.get("target") or "vllm-openai"
-    log(f"target {target}; model {serve.model}")
-    log(
-        f"cpus {','.join(str(c) for c in sorted(host.allowed_cpus))}; vendor {host.vendor or '?'};"
-        f" isa {' '.join(sorted(host.isa)) or 'none'}"
+def check_deployed(env: dict[str, str], host: Host, target: str) -> int:
+    """A deployment applied a plan: check this container against it; the plan's shm MiB."""
+    promise = deployed.decode(env[deployed.ENV_KEY])
+    found = deployed.differences(
+        promise, host, shm_total_mib(env.get("ZENVLLM_SHM", "/dev/shm")), target
     )
+    if found:
+        log(
+            f"WARNING: this container differs from the deployment's plan for {promise.name}: "
+            + "; ".join(found)
+        )
+    else:
+        log(f"validated the deployment's plan for {promise.name}: no differences")
+    for key in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND"):
+        log(f"{key}={env.get(key, '(unset)')} (the deployment's plan)")
+    return promise.shm_mib
+
+
+def plan_here(env: dict[str, str], host: Host, serve: ServeArgs, target: str) -> int:
+    """A bare `docker run`: plan this container and fill what the env leaves unset."""
     try:
         planned, notes, shm_mib = plan_env(host, serve, target)
     except UserError as err:
@@ -334,6 +353,22 @@ def prepare(argv: list[str], env: dict[str, str], host: Host, manifest: dict) ->
     env.update(merged)
     for line in lines:
         log(line)
+    return shm_mib
+
+
+def prepare(argv: list[str], env: dict[str, str], host: Host, manifest: dict) -> list[str]:
+    """Everything but the exec: logs, env updates in place, the argv for vLLM."""
+    serve = parse_args(argv)
+    target = env.get("ZENVLLM_TARGET") or manifest.get("target") or "vllm-openai"
+    log(f"target {target}; model {serve.model}")
+    log(
+        f"cpus {','.join(str(c) for c in sorted(host.allowed_cpus))}; vendor {host.vendor or '?'};"
+        f" isa {' '.join(sorted(host.isa)) or 'none'}"
+    )
+    if env.get(deployed.ENV_KEY):
+        shm_mib = check_deployed(env, host, target)
+    else:
+        shm_mib = plan_here(env, host, serve, target)
 
     problem = bind_problem(env.get("VLLM_CPU_OMP_THREADS_BIND", ""), host.allowed_cpus)
     problem = problem or shm_problem(shm_free(env.get("ZENVLLM_SHM", "/dev/shm")), shm_mib)

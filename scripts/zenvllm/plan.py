@@ -36,6 +36,7 @@ import math
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
+from zenvllm import deployed
 from zenvllm.errors import PlanError
 from zenvllm.host import GIB, MIB, Host
 from zenvllm.model import Model
@@ -408,24 +409,36 @@ def make_plan(host: Host, model: Model, policy: Policy | None = None) -> Plan:
         if mems != (node_id,):
             warnings.append(f"node {node_id}'s memory is outside the cgroup; using nodes {mems}")
         for slice_cores in split_cores(cores[node_id], k, policy.layout):
-            index = len(instances)
+            name = f"{policy.name_prefix}-{len(instances)}"
+            cpus = tuple(sorted(c for ids in slice_cores for c in ids))
             omp = omp_cpus_of(slice_cores, policy)
+            memory_mib = math.ceil((fixed + kv * GIB) / MIB)
+            # What the container's launcher checks instead of planning again.
+            promise = deployed.Promise(
+                name,
+                policy.target,
+                format_cpu_list(cpus),
+                format_cpu_list(mems),
+                policy.shm_size_mib,
+                memory_mib,
+            )
             env = {
                 "VLLM_CPU_KVCACHE_SPACE": str(kv),
                 "VLLM_CPU_OMP_THREADS_BIND": format_cpu_list(omp),
                 **env_extra,
+                deployed.ENV_KEY: deployed.encode(promise),
             }
             instances.append(
                 Instance(
-                    name=f"{policy.name_prefix}-{index}",
-                    port=policy.base_port + index,
+                    name=name,
+                    port=policy.base_port + len(instances),
                     node=node_id,
-                    cpus=tuple(sorted(c for ids in slice_cores for c in ids)),
+                    cpus=cpus,
                     omp_cpus=omp,
                     mems=mems,
                     kv_cache_gib=kv,
                     shm_size_mib=policy.shm_size_mib,
-                    memory_limit_mib=math.ceil((fixed + kv * GIB) / MIB),
+                    memory_limit_mib=memory_mib,
                     env=env,
                 )
             )

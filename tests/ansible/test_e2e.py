@@ -149,6 +149,10 @@ def test_instances_are_pinned_confined_and_on_loopback(deployment):
         env_file = base / "etc" / f"{name}.env"
         assert env_file.stat().st_mode & 0o777 == 0o600
         assert f"VLLM_CPU_OMP_THREADS_BIND={cpu}\n" in env_file.read_text()
+        # The launcher checked the container against the plan instead of planning again.
+        log = engine.logs(name)
+        assert f"zenvllm-launch: validated the deployment's plan for {name}: no differences" in log
+        assert "plan said" not in log
 
 
 def test_the_seccomp_profile_permits_numa_memory_policy(deployment):

@@ -178,3 +178,54 @@ def test_platform_line_follows_vllms_rule(zen4, milan, spr):
     assert launcher.platform_line(milan, False, False) == (
         "vLLM platform: CpuPlatform (cpu) with its AVX2 kernels"
     )
+
+
+def promise_for(host, **change):
+    import dataclasses
+
+    from zenvllm import deployed
+
+    fields = {"name": "zenvllm-e2e-0", "target": "vllm-openai", "cpus": "0-1", "mems": "0"}
+    promise = deployed.Promise(**fields, shm_mib=1024, memory_mib=5120)
+    return deployed.encode(dataclasses.replace(promise, **change))
+
+
+@pytest.fixture
+def capped(zen4):
+    import dataclasses
+
+    return dataclasses.replace(zen4, cgroup_mem_limit_bytes=5120 << 20)
+
+
+def test_a_deployed_container_is_validated_not_replanned(capped, monkeypatch):
+    lines = []
+    monkeypatch.setattr(launcher, "log", lines.append)
+    monkeypatch.setattr(launcher, "shm_free", lambda path="/dev/shm": 1 << 30)
+    monkeypatch.setattr(launcher, "shm_total_mib", lambda path="/dev/shm": 1024)
+    env = {
+        "LD_PRELOAD": "",
+        "VLLM_CPU_KVCACHE_SPACE": "2",
+        "VLLM_CPU_OMP_THREADS_BIND": "0-1",
+        "ZENVLLM_PLAN": promise_for(capped),
+    }
+    launcher.prepare(["--model", "/m"], env, capped, {})
+    assert "validated the deployment's plan for zenvllm-e2e-0: no differences" in lines
+    assert "VLLM_CPU_KVCACHE_SPACE=2 (the deployment's plan)" in lines
+    assert not [ln for ln in lines if ln.startswith("plan:") or "plan said" in ln]  # no re-plan
+
+
+def test_a_container_unlike_its_plan_says_how(capped, monkeypatch):
+    lines = []
+    monkeypatch.setattr(launcher, "log", lines.append)
+    monkeypatch.setattr(launcher, "shm_free", lambda path="/dev/shm": 1 << 30)
+    monkeypatch.setattr(launcher, "shm_total_mib", lambda path="/dev/shm": 512)
+    env = {"LD_PRELOAD": "", "ZENVLLM_PLAN": promise_for(capped, cpus="2-3", target="zen")}
+    launcher.prepare(["--model", "/m"], env, capped, {})
+    warning = next(ln for ln in lines if ln.startswith("WARNING: this container differs"))
+    assert "CPUs 0-1, planned 2-3" in warning and "/dev/shm 512 MiB, planned 1024 MiB" in warning
+    assert "image target vllm-openai, planned zen" in warning
+
+
+def test_a_malformed_plan_in_the_env_is_refused_with_the_fix(zen4):
+    with pytest.raises(UserError, match="ZENVLLM_PLAN='not json' is not a zenvllm plan"):
+        launcher.prepare(["--model", "/m"], {"ZENVLLM_PLAN": "not json"}, zen4, {})
