@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from zenvllm import arguments
 from zenvllm.arguments import real, whole
+from zenvllm.container import Settings
 from zenvllm.flavors import PRESETS, synthetic_host
 from zenvllm.host import GIB, Host
 from zenvllm.model import Model, model_of_size, read_model
@@ -130,9 +132,20 @@ def render_table(plan: Plan) -> str:
     return "\n".join(lines)
 
 
+def settings_from(args: argparse.Namespace) -> Settings:
+    """The deployment's container settings: --deployment-json, secrets from the env
+    (ZENVLLM_SECRETS, a JSON object: never on the command line, never printed)."""
+    secrets = json.loads(os.environ.get("ZENVLLM_SECRETS") or "{}")
+    text = args.deployment_json or json.dumps({"deployment": args.name_prefix})
+    return Settings.from_json(text, secrets)
+
+
 def run(args: argparse.Namespace) -> int:
     plan = plan_from(args)
-    print(json.dumps(plan.to_dict(), indent=2) if args.json else render_table(plan))
+    if args.json:
+        print(json.dumps(plan.to_dict(settings_from(args)), indent=2))
+    else:
+        print(render_table(plan))
     return 0
 
 
@@ -140,4 +153,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("plan", help="decide instances, cores, memory, KV cache")
     add_plan_options(parser)
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.add_argument(
+        "--deployment-json",
+        help="the deployment's container settings as a JSON object (image, model_dir, ...): "
+        "each instance's container in --json follows them",
+    )
     parser.set_defaults(func=run)

@@ -37,6 +37,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
 from zenvllm import deployed
+from zenvllm.container import Settings, container_of
 from zenvllm.errors import PlanError
 from zenvllm.host import GIB, MIB, Host
 from zenvllm.model import Model
@@ -121,8 +122,10 @@ class Plan:
     warnings: tuple[str, ...]
     notes: tuple[str, ...]
 
-    def to_dict(self) -> dict:
+    def to_dict(self, settings: Settings | None = None) -> dict:
+        """The JSON contract; each instance carries its container under `settings`."""
         host = self.host
+        settings = settings or Settings(deployment=self.policy.name_prefix)
         return {
             "host": {
                 "source": host.source,
@@ -155,7 +158,10 @@ class Plan:
             },
             "target": self.policy.target,
             "layout": self.policy.layout,
-            "instances": [i.to_dict() for i in self.instances],
+            "instances": [
+                {**i.to_dict(), "container": container_of(i, settings).to_dict()}
+                for i in self.instances
+            ],
             "warnings": list(self.warnings),
             "notes": list(self.notes),
         }

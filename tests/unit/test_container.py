@@ -1,0 +1,104 @@
+"""The container contract: one planned instance plus a deployment's settings give the
+complete `docker run`, and its hash moves with everything that shapes the container."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from zenvllm.container import Settings, container_of
+from zenvllm.errors import UserError
+from zenvllm.flavors import synthetic_host
+from zenvllm.model import model_of_size
+from zenvllm.plan import Policy, make_plan
+
+
+@pytest.fixture(scope="module")
+def instance():
+    host = synthetic_host("epyc-9454-24c-96g")
+    return make_plan(host, model_of_size(4), Policy(name_prefix="site-a")).instances[0]
+
+
+SETTINGS = Settings(
+    deployment="site-a",
+    image="zenvllm/zen:0.32.0",
+    image_id="sha256:abc",
+    model_dir="/srv/models/Qwen2.5-1.5B",
+    seccomp_profile="/etc/zenvllm/seccomp-numa.json",
+    max_model_len=4096,
+)
+
+
+def test_the_spec_holds_placement_security_mounts_labels_and_command(instance):
+    c = container_of(instance, SETTINGS)
+    assert c.name == "site-a-0" and c.port == instance.port
+    assert c.served_model_name == "Qwen2.5-1.5B"
+    for option in (
+        f"--cpuset-cpus={instance.to_dict()['docker_args'][0].split('=')[1]}",
+        f"--memory={instance.memory_limit_mib}m",
+        f"--shm-size={instance.shm_size_mib}m",
+        "--cap-drop=ALL",
+        "--cap-add=SYS_NICE",
+        "--security-opt=seccomp=/etc/zenvllm/seccomp-numa.json",
+        "--user=10001:10001",
+        "--env-file=/etc/zenvllm/site-a-0.env",
+        "--volume=/srv/models/Qwen2.5-1.5B:/model:ro",
+        "--label=zenvllm.deployment=site-a",
+        f"--label=zenvllm.config={c.config_hash}",
+    ):
+        assert option in c.options, option
+    assert c.command[:4] == (
+        "--model=/model",
+        "--served-model-name=Qwen2.5-1.5B",
+        "--host=127.0.0.1",
+        f"--port={instance.port}",
+    )
+    assert "--max-model-len=4096" in c.command
+    assert c.env["VLLM_CPU_KVCACHE_SPACE"] == str(instance.kv_cache_gib)
+    assert c.env["HF_HUB_OFFLINE"] == "1" and "VLLM_API_KEY" not in c.env
+
+
+def test_systemd_runs_it_in_the_foreground_the_engine_restarts_it(instance):
+    assert container_of(instance, SETTINGS).run_args[:2] == ["run", "--rm"]
+    engine = container_of(instance, dataclasses.replace(SETTINGS, supervisor="engine"))
+    assert engine.run_args[:3] == ["run", "--detach", "--restart=unless-stopped"]
+    assert engine.run_args[-len(engine.command) - 1] == SETTINGS.image
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"image_id": "sha256:def"},
+        {"model_dir": "/srv/models/other"},
+        {"serve_args": ("--dtype=float32",)},
+        {"extra_env": {"VLLM_LOGGING_LEVEL": "DEBUG"}},
+    ],
+)
+def test_the_hash_moves_with_what_shapes_the_container(instance, change):
+    before = container_of(instance, SETTINGS).config_hash
+    assert container_of(instance, dataclasses.replace(SETTINGS, **change)).config_hash != before
+
+
+def test_a_new_secret_moves_the_hash_without_entering_the_spec(instance):
+    key = "sk-test-secret-value"
+    with_key = SETTINGS.with_secrets({"VLLM_API_KEY": key})
+    c = container_of(instance, with_key)
+    assert c.config_hash != container_of(instance, SETTINGS).config_hash
+    assert key not in repr(c.to_dict()) and key not in repr(with_key)
+    assert SETTINGS.with_secrets({"VLLM_API_KEY": ""}) == SETTINGS  # empty: no secret
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ('{"imgae": "x"}', "unexpected keyword argument 'imgae'"),
+        ("[1]", "not a JSON object"),
+        ('{"supervisor": "cron"}', "supervisor 'cron' is not systemd or engine"),
+        ("{", "Expecting"),
+    ],
+)
+def test_bad_settings_are_refused_by_name(text, says):
+    with pytest.raises(UserError, match="--deployment-json") as refused:
+        Settings.from_json(text)
+    assert says in str(refused.value)
