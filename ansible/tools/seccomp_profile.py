@@ -29,6 +29,10 @@ from __future__ import annotations
 import json
 import sys
 
+MARK = (
+    "zenvllm: the engine's default seccomp policy plus the NUMA memory-policy calls "
+    "(ansible/tools/seccomp_profile.py)"
+)
 # The memory-policy and page-migration calls vLLM/libnuma make; the reason for this file.
 NUMA_CALLS = ("get_mempolicy", "mbind", "migrate_pages", "move_pages", "set_mempolicy")
 
@@ -140,6 +144,9 @@ def profile() -> dict:
         rule(NUMA_CALLS, comment="zenvllm: NUMA memory policy for vLLM's CPU backend"),
     ]
     return {
+        # Engines ignore unknown keys; the role knows its own file by this one and never
+        # replaces a profile of the same path that someone else wrote.
+        "comment": MARK,
         "defaultAction": "SCMP_ACT_ERRNO",
         "defaultErrnoRet": 1,
         "archMap": [

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -187,3 +188,27 @@ def test_interrupted_run_cleans_up_and_writes_nothing(prerequisites, tmp_path):
     assert named(server) == []
     assert not out.exists()
     assert not list(tmp_path.glob(".out.tmp-*"))
+
+
+def test_a_full_disk_under_out_is_named_and_leaves_nothing(prerequisites, tmp_path):
+    """--out on a 16 KiB filesystem: the results cannot be written; the run says so, exit 2,
+    and leaves no output, no staging directory and no container."""
+    require(os.geteuid() == 0, "mounting a small tmpfs needs root")
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(small)], check=True)
+    port = BASE_PORT + 60
+    try:
+        done = zenvllm_bench(
+            *("--quick", "--configs", "stock", "--base-port", str(port), "--no-plots"),
+            *("--model", str(prerequisites), "--out", str(small / "out")),
+            capture_output=True,
+        )
+        assert done.returncode == 2, done.stderr[-3000:]
+        assert "No space left on device" in done.stderr, done.stderr[-3000:]
+        assert "free space there or choose another path" in done.stderr
+        assert "Traceback" not in done.stderr
+        assert list(small.iterdir()) == []
+        assert named(f"zenvllm-bench-stock-{port}") == []
+    finally:
+        subprocess.run(["umount", str(small)], check=True)
