@@ -18,6 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from zenvllm.engine import Cli
 from zenvllm.errors import UserError
 
 DEFAULT_SUITE = "bookworm"
@@ -37,12 +38,7 @@ def tarball_path(suite: str, cache: Path) -> Path:
 
 
 def image_exists(engine: str, tag: str) -> bool:
-    done = subprocess.run(
-        [engine, "image", "inspect", "--format", "{{.Id}}", tag],
-        capture_output=True,
-        check=False,
-    )
-    return done.returncode == 0
+    return Cli(engine).ok("image", "inspect", "--format", "{{.Id}}", tag)
 
 
 def make_tarball(suite: str, mirror: str, dest: Path) -> None:
@@ -74,7 +70,7 @@ def make_tarball(suite: str, mirror: str, dest: Path) -> None:
 
 def import_tarball(engine: str, tarball: Path, tag: str) -> None:
     with tarball.open("rb") as stream:
-        subprocess.run([engine, "import", "-", tag], stdin=stream, check=True)
+        Cli(engine).run("import", "-", tag, stdin=stream, timeout=None, check=True)
 
 
 def ensure_base_image(
@@ -109,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as err:
         print(f"base-image: error: {err}", file=sys.stderr)
         return 2
-    except subprocess.CalledProcessError as err:
+    except (subprocess.CalledProcessError, RuntimeError) as err:
         print(f"base-image: error: {err}", file=sys.stderr)
         return 1
     return 0

@@ -19,6 +19,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from zenvllm.engine import DOCKER
 from zenvllm.errors import UserError
 
 ANSIBLE_DIR = Path(__file__).resolve().parents[2] / "ansible"
@@ -73,11 +74,6 @@ class Deployment:
         }
 
 
-def docker_lines(*args: str) -> list[str]:
-    done = subprocess.run(["docker", *args], capture_output=True, text=True, check=False)
-    return done.stdout.split()
-
-
 def playbook_command() -> str:
     exe = Path(sys.executable).parent / "ansible-playbook"
     found = str(exe) if exe.exists() else shutil.which("ansible-playbook")
@@ -126,16 +122,16 @@ def deploy(d: Deployment, log: Path, timeout_s: float = 1800) -> None:
 
 def containers(d: Deployment) -> list[str]:
     label = f"label=zenvllm.deployment={d.name}"
-    return docker_lines("ps", "--all", "--filter", label, "--format", "{{.Names}}")
+    return DOCKER.words("ps", "--all", "--filter", label, "--format", "{{.Names}}")
 
 
 def teardown(d: Deployment, logs: Path | None = None) -> None:
     """Remove the deployment's containers and nginx site; reload nginx; drop the work dir."""
     for name in containers(d):
         if logs is not None:
-            done = subprocess.run(["docker", "logs", name], capture_output=True, text=True)
+            done = DOCKER.run("logs", name)
             (logs / f"gateway-{name}.log").write_text(done.stdout + done.stderr)
-        subprocess.run(["docker", "rm", "--force", name], capture_output=True, check=False)
+        DOCKER.run("rm", "--force", name)
     d.site.unlink(missing_ok=True)
     if shutil.which("nginx") and Path("/run/nginx.pid").exists():
         subprocess.run(["nginx", "-s", "reload"], capture_output=True, check=False)

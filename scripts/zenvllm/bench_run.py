@@ -24,6 +24,7 @@ from pathlib import Path
 from zenvllm import bench, bench_gateway, bench_report, outputs
 from zenvllm.bench import Configuration, Run, Workload
 from zenvllm.bench_gateway import Deployment
+from zenvllm.engine import DOCKER
 from zenvllm.errors import UserError
 from zenvllm.health import healthy
 
@@ -52,18 +53,6 @@ def say(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
-def docker(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
-    try:
-        done = subprocess.run(
-            ["docker", *args], capture_output=True, text=True, timeout=timeout, check=False
-        )
-    except FileNotFoundError:
-        raise UserError("docker not found on PATH; run `make engine` or install docker") from None
-    if check and done.returncode != 0:
-        raise RuntimeError(f"docker {' '.join(args[:3])}...: {done.stderr.strip()[-2000:]}")
-    return done
-
-
 def port_in_use(port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.5)
@@ -76,7 +65,7 @@ def get_json(url: str, timeout: float = 5) -> object:
 
 
 def logs_tail(name: str, lines: int = 25) -> str:
-    done = docker("logs", "--tail", str(lines), name, check=False)
+    done = DOCKER.run("logs", "--tail", str(lines), name)
     return (done.stdout + done.stderr).strip()
 
 
@@ -94,7 +83,7 @@ def wait_ready(names_ports: list[tuple[str, int]], timeout_s: float) -> float:
             if healthy(port):
                 del pending[name]
                 continue
-            state = docker("inspect", "-f", "{{.State.Status}}", name, check=False).stdout.strip()
+            state = DOCKER.run("inspect", "-f", "{{.State.Status}}", name).stdout.strip()
             if state != "running":
                 raise RuntimeError(f"{name} stopped ({state or 'gone'}):\n{logs_tail(name)}")
             if ENGINE_FAILED in logs_tail(name, 200):
@@ -127,7 +116,7 @@ def run_clients(
         name = f"zenvllm-bench-client-{run_id}-{stem}-{i}"
         argv = bench.client_command(name, image, settings.model_dir, result_dir, run_id, args)
         log = (result_dir / f"{stem}-client{i}.log").open("w")
-        procs.append((subprocess.Popen(["docker", *argv], stdout=log, stderr=log), result_name))
+        procs.append((DOCKER.stream(*argv, out=log), result_name))
     deadline = time.monotonic() + settings.client_timeout_s
     results = []
     for proc, result_name in procs:
@@ -197,7 +186,7 @@ def measure(
                 argv = bench.server_command(
                     s, image, settings.model_dir, settings.max_model_len, w.enforce_eager, run_id
                 )
-                docker(*argv)
+                DOCKER.run(*argv, check=True)
             took = wait_ready([(s.name, s.port) for s in config.servers], settings.start_timeout_s)
             say(f"{tag}: ready in {took:.0f} s")
         if config.kind == "gateway":
@@ -232,16 +221,16 @@ def measure(
 
 def stop(servers: tuple[bench.Server, ...], raw: Path) -> None:
     for s in servers:
-        log = docker("logs", s.name, check=False, timeout=60)
+        log = DOCKER.run("logs", s.name, timeout=60)
         if log.returncode == 0:
             (raw / f"{s.name}.log").write_text(log.stdout + log.stderr)
-        docker("rm", "-f", s.name, check=False, timeout=120)
+        DOCKER.run("rm", "-f", s.name, timeout=120)
 
 
 def remove_labelled(run_id: str) -> None:
-    ids = docker("ps", "-aq", "--filter", f"label={bench.BENCH_LABEL}={run_id}", check=False)
+    ids = DOCKER.run("ps", "-aq", "--filter", f"label={bench.BENCH_LABEL}={run_id}")
     for cid in ids.stdout.split():
-        docker("rm", "-f", cid, check=False, timeout=120)
+        DOCKER.run("rm", "-f", cid, timeout=120)
 
 
 def leftovers() -> set[Path]:

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from zenvllm.engine import Cli
 from zenvllm.errors import UserError
 
 ENGINES = ("auto", "docker", "podman")
@@ -41,7 +42,7 @@ class Engine:
 
 
 def _run(argv: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, capture_output=True, text=True, check=False, env=env)
+    return Cli(argv[0], env).run(*argv[1:], timeout=None)
 
 
 def client_major(binary: str) -> int | None:
@@ -181,22 +182,26 @@ def failure_message(returncode: int, lines: list[str], log: Path | None) -> str:
 
 def run_build(argv: list[str], env: dict[str, str], log: Path | None = None) -> None:
     """Run the build, its output to `log` (or the terminal); on failure name the failed step."""
+    cli = Cli(argv[0], env)
     if log is None:
         tail: deque[str] = deque(maxlen=2000)
-        with subprocess.Popen(
-            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        ) as proc:
-            for line in proc.stdout:  # type: ignore[union-attr]
-                sys.stderr.write(line)
-                tail.append(line)
+        with cli.stream(*argv[1:], out=subprocess.PIPE) as proc:
+            try:
+                for raw in proc.stdout:  # type: ignore[union-attr]
+                    line = raw.decode(errors="replace")
+                    sys.stderr.write(line)
+                    tail.append(line)
+            except BaseException:
+                proc.kill()  # interrupted: the build stops with us
+                raise
         if proc.returncode != 0:
             raise UserError(failure_message(proc.returncode, list(tail), None))
         return
     with log.open("w") as out:
-        done = subprocess.run(argv, env=env, stdout=out, stderr=subprocess.STDOUT, check=False)
-    if done.returncode != 0:
+        status = cli.call(*argv[1:], out=out)
+    if status != 0:
         lines = log.read_text().splitlines(keepends=True)
-        raise UserError(failure_message(done.returncode, lines, log))
+        raise UserError(failure_message(status, lines, log))
 
 
 @contextmanager

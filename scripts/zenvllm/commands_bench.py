@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 from dataclasses import asdict, replace
 from pathlib import Path
 
 from zenvllm import bench, outputs
 from zenvllm.arguments import real, whole
 from zenvllm.bench_gateway import Deployment
+from zenvllm.engine import DOCKER
 from zenvllm.errors import UserError
 from zenvllm.host import GIB
 from zenvllm.model import read_model
@@ -28,35 +28,13 @@ def default_image(target: str) -> str:
 
 
 def image_present(tag: str) -> bool:
-    try:
-        done = subprocess.run(
-            ["docker", "image", "inspect", tag], capture_output=True, text=True, timeout=60
-        )
-    except FileNotFoundError:
-        raise UserError("docker not found on PATH; run `make engine` or install docker") from None
-    return done.returncode == 0
+    return DOCKER.ok("image", "inspect", tag, timeout=60)
 
 
 def has_compiler(image: str) -> bool:
     """vLLM's default (torch.compile) mode needs a C++ compiler on the CPU (Inductor)."""
-    done = subprocess.run(
-        [
-            "docker",
-            "run",
-            "--rm",
-            "--network",
-            "host",
-            "--entrypoint",
-            "sh",
-            image,
-            "-c",
-            "command -v g++ || command -v c++",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    return done.returncode == 0
+    probe = "command -v g++ || command -v c++"
+    return DOCKER.ok("run", "--rm", "--network", "host", "--entrypoint", "sh", image, "-c", probe)
 
 
 def workload_from(args: argparse.Namespace) -> bench.Workload:

@@ -1,0 +1,87 @@
+"""The one way zenvllm runs a container engine's command line (docker or podman).
+
+Every engine command in the package goes through an `Cli`: `run` captures the
+output, `stream` writes it to a file (builds, benchmark clients). One place finds
+the binary, says how to get one when it is missing, and turns a failure the
+caller cannot go on from into an error that names the command.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import IO
+
+from zenvllm.errors import UserError
+
+
+@dataclass(frozen=True)
+class Cli:
+    binary: str = "docker"
+    env: Mapping[str, str] | None = None  # e.g. DOCKER_BUILDKIT=1 for a pre-23 client
+
+    def _missing(self) -> UserError:
+        return UserError(
+            f"{self.binary} not found; run `make engine` (Debian's docker.io) or install "
+            "docker or podman"
+        )
+
+    def run(
+        self,
+        *args: str,
+        timeout: float | None = 120,
+        check: bool = False,
+        stdin: IO | None = None,
+    ) -> subprocess.CompletedProcess:
+        """The command's result, output captured as text; with `check`, a failure raises
+        RuntimeError naming the command and the engine's own words."""
+        try:
+            done = subprocess.run(
+                [self.binary, *args],
+                capture_output=stdin is None,
+                stdin=stdin,
+                text=stdin is None,
+                timeout=timeout,
+                env=dict(self.env) if self.env is not None else None,
+                check=False,
+            )
+        except FileNotFoundError:
+            raise self._missing() from None
+        if check and done.returncode != 0:
+            err = done.stderr if isinstance(done.stderr, str) else ""
+            raise RuntimeError(f"{self.binary} {' '.join(args[:3])}...: {err.strip()[-2000:]}")
+        return done
+
+    def ok(self, *args: str, timeout: float | None = 120) -> bool:
+        return self.run(*args, timeout=timeout).returncode == 0
+
+    def words(self, *args: str) -> list[str]:
+        """stdout split on whitespace (names, IDs)."""
+        return self.run(*args).stdout.split()
+
+    def call(self, *args: str, out: IO) -> int:
+        """Run the command with its output to `out`; its exit status. Interrupted (Ctrl-C,
+        SIGTERM as KeyboardInterrupt), the command is killed, not waited for."""
+        proc = self.stream(*args, out=out)
+        with proc:
+            try:
+                return proc.wait()
+            except BaseException:
+                proc.kill()
+                raise
+
+    def stream(self, *args: str, out: IO) -> subprocess.Popen:
+        """Start the command with stdout and stderr going to `out`; the caller waits."""
+        try:
+            return subprocess.Popen(
+                [self.binary, *args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=dict(self.env) if self.env is not None else None,
+            )
+        except FileNotFoundError:
+            raise self._missing() from None
+
+
+DOCKER = Cli()
