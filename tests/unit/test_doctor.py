@@ -155,15 +155,15 @@ def test_bad_root_is_a_clear_error(capsys: pytest.CaptureFixture[str], tmp_path:
     assert str(tmp_path / "sys/devices/system/cpu") in err and "--root" in err
 
 
-# A seccomp filter that refuses get_mempolicy (syscall 239) with EPERM, the way
-# Docker's default profile does without SYS_NICE; installed in a child process
-# which then execs the real CLI, so the kernel itself returns EPERM.
-SECCOMP_THEN_EXEC = r"""
+# A child process installs a seccomp filter (classic BPF over the syscall number and
+# its first argument), then execs the real `zenvllm doctor --json`: the kernel itself
+# refuses the call with EPERM, the way a container's profile would.
+SECCOMP_THEN_DOCTOR = r"""
 import ctypes, os, struct, sys
 libc = ctypes.CDLL(None, use_errno=True)
 ins = lambda code, jt, jf, k: struct.pack("HBBI", code, jt, jf, k)
-prog = b"".join([ins(0x20, 0, 0, 0), ins(0x15, 0, 1, 239),
-                 ins(0x06, 0, 0, 0x00050000 | 1), ins(0x06, 0, 0, 0x7FFF0000)])
+EPERM, ALLOW = 0x00050000 | 1, 0x7FFF0000
+prog = b"".join(ins(*i) for i in PROGRAM)
 buf = ctypes.create_string_buffer(prog)
 class FProg(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
@@ -172,51 +172,39 @@ if libc.prctl(38, 1, 0, 0, 0) or libc.prctl(22, 2, ctypes.byref(fprog), 0, 0):
     sys.exit(f"seccomp unavailable: errno {ctypes.get_errno()}")
 os.execv(sys.executable, [sys.executable, "-m", "zenvllm", "doctor", "--json"])
 """
+# get_mempolicy (239) refused, as Docker's default profile does without SYS_NICE.
+NO_MEMPOLICY = "[(0x20, 0, 0, 0), (0x15, 0, 1, 239), (0x06, 0, 0, EPERM), (0x06, 0, 0, ALLOW)]"
+# arch_prctl (158) refused only for ARCH_REQ_XCOMP_PERM (0x1023): glibc's own
+# arch_prctl calls at exec must pass. A sandbox that denies AMX tiles.
+NO_AMX = (
+    "[(0x20, 0, 0, 0), (0x15, 0, 3, 158), (0x20, 0, 0, 16), (0x15, 0, 1, 0x1023),"
+    " (0x06, 0, 0, EPERM), (0x06, 0, 0, ALLOW)]"
+)
+
+
+def doctor_under_seccomp(program: str) -> tuple[int, dict[str, dict], str]:
+    require(os.uname().machine == "x86_64", "the syscall numbers and filters are x86_64")
+    code = SECCOMP_THEN_DOCTOR.replace("PROGRAM", program)
+    env = {**os.environ, "PYTHONPATH": str(SCRIPTS)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]} if done.stdout else {}
+    return done.returncode, checks, done.stderr
 
 
 def test_mempolicy_refused_by_seccomp_is_reported_with_the_fix() -> None:
-    require(os.uname().machine == "x86_64", "the syscall number and filter are x86_64")
-    env = {**os.environ, "PYTHONPATH": str(SCRIPTS)}
-    done = subprocess.run(
-        [sys.executable, "-c", SECCOMP_THEN_EXEC], capture_output=True, text=True, env=env
-    )
-    assert done.returncode == 1, done.stderr
-    checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
+    rc, checks, err = doctor_under_seccomp(NO_MEMPOLICY)
+    assert rc == 1, err
     mp = checks["mempolicy"]
     assert mp["status"] == FAIL
     assert "Operation not permitted" in mp["finding"]
     assert "--cap-add SYS_NICE" in mp["consequence"] and "seccomp" in mp["consequence"]
 
 
-# Refuses arch_prctl(ARCH_REQ_XCOMP_PERM, ...) alone with EPERM (glibc's own arch_prctl
-# calls at exec must pass), then execs the real CLI: a sandbox that denies AMX tiles.
-SECCOMP_NO_AMX_THEN_EXEC = r"""
-import ctypes, os, struct, sys
-libc = ctypes.CDLL(None, use_errno=True)
-ins = lambda code, jt, jf, k: struct.pack("HBBI", code, jt, jf, k)
-prog = b"".join([ins(0x20, 0, 0, 0), ins(0x15, 0, 3, 158), ins(0x20, 0, 0, 16),
-                 ins(0x15, 0, 1, 0x1023), ins(0x06, 0, 0, 0x00050000 | 1),
-                 ins(0x06, 0, 0, 0x7FFF0000)])
-buf = ctypes.create_string_buffer(prog)
-class FProg(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-fprog = FProg(len(prog) // 8, ctypes.cast(buf, ctypes.c_void_p))
-if libc.prctl(38, 1, 0, 0, 0) or libc.prctl(22, 2, ctypes.byref(fprog), 0, 0):
-    sys.exit(f"seccomp unavailable: errno {ctypes.get_errno()}")
-os.execv(sys.executable, [sys.executable, "-m", "zenvllm", "doctor", "--json"])
-"""
-
-
 def test_amx_refused_by_seccomp_is_a_failure_with_the_fix_where_the_cpu_has_amx() -> None:
-    require(os.uname().machine == "x86_64", "the syscall number and filter are x86_64")
-    env = {**os.environ, "PYTHONPATH": str(SCRIPTS)}
-    done = subprocess.run(
-        [sys.executable, "-c", SECCOMP_NO_AMX_THEN_EXEC], capture_output=True, text=True, env=env
-    )
-    checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
+    rc, checks, err = doctor_under_seccomp(NO_AMX)
     line = checks["amx"]
     if has_amx():
-        assert done.returncode == 1, done.stderr
+        assert rc == 1, err
         assert line["status"] == FAIL and "Operation not permitted" in line["finding"]
         assert "Illegal instruction" in line["consequence"] and "seccomp" in line["consequence"]
     else:  # nothing to ask for, so nothing to refuse
