@@ -98,6 +98,16 @@ class Container:
         return {**asdict(self), "run_args": self.run_args}
 
 
+def placement(instance) -> list[str]:
+    """Where the plan put the instance: its cores, memory node, memory and shm."""
+    return [
+        f"--cpuset-cpus={format_cpu_list(instance.cpus)}",
+        f"--cpuset-mems={format_cpu_list(instance.mems)}",
+        f"--shm-size={instance.shm_size_mib}m",
+        f"--memory={instance.memory_limit_mib}m",
+    ]
+
+
 def container_of(instance, settings: Settings) -> Container:
     """The container of one planned instance (a plan.Instance) under these settings."""
     name = instance.name
@@ -108,10 +118,7 @@ def container_of(instance, settings: Settings) -> Container:
     options = [
         f"--name={name}",
         "--network=host",
-        f"--cpuset-cpus={format_cpu_list(instance.cpus)}",
-        f"--cpuset-mems={format_cpu_list(instance.mems)}",
-        f"--shm-size={instance.shm_size_mib}m",
-        f"--memory={instance.memory_limit_mib}m",
+        *placement(instance),
         f"--user={settings.user}",
         *SECURITY,
         *(

@@ -37,7 +37,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
 from zenvllm import deployed
-from zenvllm.container import Settings, container_of
+from zenvllm.container import Settings, container_of, placement
 from zenvllm.errors import PlanError
 from zenvllm.host import GIB, MIB, Host
 from zenvllm.model import Model
@@ -94,12 +94,7 @@ class Instance:
 
     @property
     def docker_args(self) -> list[str]:
-        return [
-            f"--cpuset-cpus={format_cpu_list(self.cpus)}",
-            f"--cpuset-mems={format_cpu_list(self.mems)}",
-            f"--shm-size={self.shm_size_mib}m",
-            f"--memory={self.memory_limit_mib}m",
-        ]
+        return placement(self)  # the container contract's, for the plan's JSON and bench
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -311,42 +306,20 @@ def instances_per_node(
     return {node: min(k, len(cores[node])) for node, k in counts.items()}
 
 
-def make_plan(host: Host, model: Model, policy: Policy | None = None) -> Plan:
-    policy = policy or Policy()
-    check_policy(host, policy)
-    cores = usable_cores(host)
-    if not cores:
-        raise PlanError(
-            "no usable CPUs: the cgroup cpuset allows none of the online CPUs; "
-            "widen the container's --cpuset-cpus"
-        )
-    warnings: list[str] = [w for w in (inactive_target(host, policy),) if w]
+def kv_cache_per_node(
+    host: Host, model: Model, policy: Policy, counts: dict[int, int]
+) -> tuple[dict[int, int], dict[int, int], list[str], list[str]]:
+    """The one place the KV cache is sized: GiB per instance on each node, from the node's
+    budget, an explicit --kv-cache-gib, what max_num_seqs x max_model_len tokens can use
+    and the cgroup limit. Returns (instances per node, lowered where memory fits fewer;
+    KV GiB per node; warnings; notes), or a PlanError with the numbers."""
+    counts = dict(counts)
+    warnings: list[str] = []
     notes: list[str] = []
     fixed = fixed_cost(model, policy)
     min_kv = policy.min_kv_cache_gib * GIB
-    per_instance = cores_per_instance(model, policy)
-    counts = instances_per_node(cores, policy, per_instance)
-    if policy.instances is None:
-        notes.append(
-            f"auto: {model.weight_gib:.2f} GiB of weights need {per_instance} core(s) per "
-            f"instance to keep a decode step under {policy.tpot_target_ms:g} ms at "
-            f"~{policy.core_bandwidth_gbs:g} GB/s per core (cap {policy.max_cores_per_instance})"
-        )
-    idle = sorted(set(cores) - set(counts))
-    if idle:
-        warnings.append(f"nodes {idle} get no instance with --instances {policy.instances}")
-    for node in host.nodes:
-        if not node.cpus and node.mem_total_bytes:
-            notes.append(
-                f"node {node.id} has {gib(node.mem_total_bytes)} but no CPUs; unused "
-                "(each instance keeps its memory on its own CPUs' node)"
-            )
-
     max_len = policy.max_model_len or model.max_model_len
     need = kv_need_gib(model, policy, max_len)
-    if model.weight_bytes <= 0:
-        warnings.append("model size unknown: no memory set aside for weights; pass --model")
-
     kv_by_node: dict[int, int] = {}
     for node_id, k in counts.items():
         node = host.node(node_id)
@@ -407,7 +380,88 @@ def make_plan(host: Host, model: Model, policy: Policy | None = None) -> Plan:
                 f"of {where}. Use fewer instances, a smaller or quantized model, or a bigger flavor"
             )
 
-    env_extra = TARGETS[policy.target].env
+    return counts, kv_by_node, warnings, notes
+
+
+def instance_of(
+    index: int,
+    node_id: int,
+    slice_cores: list[tuple[int, ...]],
+    mems: tuple[int, ...],
+    kv: int,
+    fixed: int,
+    policy: Policy,
+) -> Instance:
+    """One instance on its slice of cores: names, port, binding, sizes and env."""
+    name = f"{policy.name_prefix}-{index}"
+    cpus = tuple(sorted(c for ids in slice_cores for c in ids))
+    omp = omp_cpus_of(slice_cores, policy)
+    memory_mib = math.ceil((fixed + kv * GIB) / MIB)
+    # What the container's launcher checks instead of planning again.
+    promise = deployed.Promise(
+        name,
+        policy.target,
+        format_cpu_list(cpus),
+        format_cpu_list(mems),
+        policy.shm_size_mib,
+        memory_mib,
+    )
+    env = {
+        "VLLM_CPU_KVCACHE_SPACE": str(kv),
+        "VLLM_CPU_OMP_THREADS_BIND": format_cpu_list(omp),
+        **TARGETS[policy.target].env,
+        deployed.ENV_KEY: deployed.encode(promise),
+    }
+    return Instance(
+        name=name,
+        port=policy.base_port + index,
+        node=node_id,
+        cpus=cpus,
+        omp_cpus=omp,
+        mems=mems,
+        kv_cache_gib=kv,
+        shm_size_mib=policy.shm_size_mib,
+        memory_limit_mib=memory_mib,
+        env=env,
+    )
+
+
+def make_plan(host: Host, model: Model, policy: Policy | None = None) -> Plan:
+    policy = policy or Policy()
+    check_policy(host, policy)
+    cores = usable_cores(host)
+    if not cores:
+        raise PlanError(
+            "no usable CPUs: the cgroup cpuset allows none of the online CPUs; "
+            "widen the container's --cpuset-cpus"
+        )
+    warnings: list[str] = [w for w in (inactive_target(host, policy),) if w]
+    notes: list[str] = []
+    fixed = fixed_cost(model, policy)
+    per_instance = cores_per_instance(model, policy)
+    counts = instances_per_node(cores, policy, per_instance)
+    if policy.instances is None:
+        notes.append(
+            f"auto: {model.weight_gib:.2f} GiB of weights need {per_instance} core(s) per "
+            f"instance to keep a decode step under {policy.tpot_target_ms:g} ms at "
+            f"~{policy.core_bandwidth_gbs:g} GB/s per core (cap {policy.max_cores_per_instance})"
+        )
+    idle = sorted(set(cores) - set(counts))
+    if idle:
+        warnings.append(f"nodes {idle} get no instance with --instances {policy.instances}")
+    for node in host.nodes:
+        if not node.cpus and node.mem_total_bytes:
+            notes.append(
+                f"node {node.id} has {gib(node.mem_total_bytes)} but no CPUs; unused "
+                "(each instance keeps its memory on its own CPUs' node)"
+            )
+
+    if model.weight_bytes <= 0:
+        warnings.append("model size unknown: no memory set aside for weights; pass --model")
+    counts, kv_by_node, kv_warnings, kv_notes = kv_cache_per_node(host, model, policy, counts)
+    warnings += kv_warnings
+    notes += kv_notes
+
     instances: list[Instance] = []
     for node_id, k in counts.items():
         kv = kv_by_node[node_id]
@@ -415,39 +469,8 @@ def make_plan(host: Host, model: Model, policy: Policy | None = None) -> Plan:
         if mems != (node_id,):
             warnings.append(f"node {node_id}'s memory is outside the cgroup; using nodes {mems}")
         for slice_cores in split_cores(cores[node_id], k, policy.layout):
-            name = f"{policy.name_prefix}-{len(instances)}"
-            cpus = tuple(sorted(c for ids in slice_cores for c in ids))
-            omp = omp_cpus_of(slice_cores, policy)
-            memory_mib = math.ceil((fixed + kv * GIB) / MIB)
-            # What the container's launcher checks instead of planning again.
-            promise = deployed.Promise(
-                name,
-                policy.target,
-                format_cpu_list(cpus),
-                format_cpu_list(mems),
-                policy.shm_size_mib,
-                memory_mib,
-            )
-            env = {
-                "VLLM_CPU_KVCACHE_SPACE": str(kv),
-                "VLLM_CPU_OMP_THREADS_BIND": format_cpu_list(omp),
-                **env_extra,
-                deployed.ENV_KEY: deployed.encode(promise),
-            }
-            instances.append(
-                Instance(
-                    name=name,
-                    port=policy.base_port + len(instances),
-                    node=node_id,
-                    cpus=cpus,
-                    omp_cpus=omp,
-                    mems=mems,
-                    kv_cache_gib=kv,
-                    shm_size_mib=policy.shm_size_mib,
-                    memory_limit_mib=memory_mib,
-                    env=env,
-                )
-            )
+            index = len(instances)
+            instances.append(instance_of(index, node_id, slice_cores, mems, kv, fixed, policy))
         tokens = (
             f", room for {kv * GIB // model.kv_bytes_per_token:,} tokens"
             if model.kv_bytes_per_token
