@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from support.tiny_model import ensure_tiny_model
 
-from zenvllm import launcher
+from zenvllm import accelerators, launcher
 from zenvllm.errors import UserError
 from zenvllm.topology import read_host
 
@@ -71,30 +71,30 @@ def test_missing_preloads_are_named(tmp_path):
 
 
 def test_zentorch_active_on_zen4_with_avx512_bf16(zen4):
-    active, message = launcher.zentorch_state(zen4, "2.13.0.1", "2.13.0+cpu")
+    active, message = accelerators.zentorch_state(zen4, "2.13.0.1", "2.13.0+cpu")
     assert active and "ACTIVE" in message and "ZenCpuPlatform" in message
 
 
 def test_zentorch_inactive_without_avx512(milan):
-    active, message = launcher.zentorch_state(milan, "2.13.0.1", "2.13.0+cpu")
+    active, message = accelerators.zentorch_state(milan, "2.13.0.1", "2.13.0+cpu")
     assert not active
     assert "INACTIVE" in message and "avx512f, avx512_bf16" in message
 
 
 def test_zentorch_inactive_on_intel(spr):
-    active, message = launcher.zentorch_state(spr, "2.13.0.1", "2.13.0+cpu")
+    active, message = accelerators.zentorch_state(spr, "2.13.0.1", "2.13.0+cpu")
     assert not active and "vendor AuthenticAMD (this CPU is GenuineIntel)" in message
 
 
 def test_zentorch_inactive_on_a_torch_it_was_not_built_for(zen4):
-    active, message = launcher.zentorch_state(zen4, "2.14.0.1", "2.13.0+cpu")
+    active, message = accelerators.zentorch_state(zen4, "2.14.0.1", "2.13.0+cpu")
     assert not active and "needs torch 2.14.x, found torch 2.13.0+cpu" in message
 
 
 def test_pace_inactive_outside_its_vllm_range(zen4):
-    active, message = launcher.pace_state(zen4, "1.3.0", "0.32.0+cpu", ">=0.25.0,<=0.28.0")
+    active, message = accelerators.pace_state(zen4, "1.3.0", "0.32.0+cpu", ">=0.25.0,<=0.28.0")
     assert not active and "supports vLLM >=0.25.0,<=0.28.0, found 0.32.0+cpu" in message
-    assert launcher.pace_state(zen4, "1.3.0", "0.28.0+cpu", ">=0.25.0,<=0.28.0")[0]
+    assert accelerators.pace_state(zen4, "1.3.0", "0.28.0+cpu", ">=0.25.0,<=0.28.0")[0]
 
 
 def test_small_shm_is_refused_with_the_fix():
@@ -171,11 +171,11 @@ def test_manifest_is_optional(tmp_path):
 
 
 def test_platform_line_follows_vllms_rule(zen4, milan, spr):
-    assert launcher.vllm_picks_zen(zen4, "2.13.0.1")
-    assert not launcher.vllm_picks_zen(zen4, None)
-    assert not launcher.vllm_picks_zen(milan, "2.13.0.1")  # no avx512
-    assert not launcher.vllm_picks_zen(spr, "2.13.0.1")  # not AMD
-    assert launcher.platform_line(milan, False, False) == (
+    assert accelerators.vllm_picks_zen(zen4, "2.13.0.1")
+    assert not accelerators.vllm_picks_zen(zen4, None)
+    assert not accelerators.vllm_picks_zen(milan, "2.13.0.1")  # no avx512
+    assert not accelerators.vllm_picks_zen(spr, "2.13.0.1")  # not AMD
+    assert accelerators.platform_line(milan, False, False) == (
         "vLLM platform: CpuPlatform (cpu) with its AVX2 kernels"
     )
 
