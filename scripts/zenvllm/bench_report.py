@@ -9,15 +9,8 @@ import json
 from dataclasses import asdict, fields
 from pathlib import Path
 
-from zenvllm.bench import (
-    ACCEPTANCE_RATIO,
-    PLANNER,
-    STOCK,
-    Configuration,
-    Run,
-    Summary,
-    configs_from_dicts,
-)
+from zenvllm.bench import ACCEPTANCE_RATIO, PLANNER, STOCK, Configuration
+from zenvllm.bench_results import Run, Summary, configs_from_dicts
 from zenvllm.errors import UserError
 
 # -- writers -----------------------------------------------------------------

@@ -21,9 +21,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from zenvllm import bench, bench_gateway, bench_report, outputs
-from zenvllm.bench import Configuration, Run, Workload
+from zenvllm import bench, bench_gateway, bench_report, bench_results, outputs
+from zenvllm.bench import Configuration, Workload
 from zenvllm.bench_gateway import Deployment
+from zenvllm.bench_results import Run
 from zenvllm.engine import DOCKER
 from zenvllm.errors import UserError
 from zenvllm.health import healthy
@@ -107,7 +108,7 @@ def run_clients(
     result_dir: Path,
     stem: str,
     run_id: str,
-) -> list[bench.ClientResult]:
+) -> list[bench_results.ClientResult]:
     """One `vllm bench serve` per endpoint, all at once; their result files parsed."""
     procs = []
     for i, ((url, served), share) in enumerate(zip(endpoints, shares, strict=True)):
@@ -133,7 +134,7 @@ def run_clients(
             tail = "\n".join(log.read_text().splitlines()[-20:]) if log.is_file() else ""
             raise RuntimeError(f"client {result_name} failed (exit {code}):\n{tail}")
         data = json.loads(path.read_text())
-        results.append(bench.parse_client_result(data, str(path), path.stat().st_mtime))
+        results.append(bench_results.parse_client_result(data, str(path), path.stat().st_mtime))
     return results
 
 
@@ -205,7 +206,7 @@ def measure(
             results = run_clients(
                 endpoints, shares, image, settings, raw, f"{config.name}-r{repeat}", run_id
             )
-            run = bench.combine(config.name, repeat, results, load)
+            run = bench_results.combine(config.name, repeat, results, load)
             runs.append(run)
             say(
                 f"{tag}: repeat {repeat}/{w.repeats}: {run.output_tok_s:.1f} output tok/s, "
@@ -313,7 +314,7 @@ def _measure_into(
             "notes": settings.notes,
             "failures": failures,
         }
-        result = bench.result_document(meta, configs, settings.images, runs)
+        result = bench_results.result_document(meta, configs, settings.images, runs)
         bench_report.write_outputs(result, staging, plots=settings.plots)
         return result, (1 if failures else 0)
     finally:

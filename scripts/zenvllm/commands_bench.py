@@ -7,7 +7,7 @@ import json
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from zenvllm import bench, outputs
+from zenvllm import bench, bench_results, outputs
 from zenvllm.arguments import real, whole
 from zenvllm.bench_gateway import Deployment
 from zenvllm.engine import DOCKER
@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.dry_run:
         plan = {
-            "configurations": [bench.config_dict(c, images.get(c.target)) for c in configs],
+            "configurations": [bench_results.config_dict(c, images.get(c.target)) for c in configs],
             "workload": asdict(workload),
             "notes": notes,
         }

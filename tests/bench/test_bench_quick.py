@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -103,7 +104,7 @@ def test_every_configuration_ran_the_same_workload(quick):
     out, _, _ = quick
     result = json.loads((out / "results.json").read_text())
     w = result["meta"]["workload"]
-    assert w == bench.asdict(bench.QUICK)
+    assert w == asdict(bench.QUICK)
     names = {c["name"] for c in result["configurations"]}
     folded = {n for c in result["configurations"] for n in c["same_as"]}
     assert set(bench.QUICK_CONFIGS) <= names | folded

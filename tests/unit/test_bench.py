@@ -5,14 +5,14 @@ from __future__ import annotations
 import csv
 import json
 import statistics
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zenvllm import bench, bench_check, bench_report
+from zenvllm import bench, bench_check, bench_report, bench_results
 from zenvllm.errors import UserError
 from zenvllm.host import MIB
 from zenvllm.model import Model
@@ -28,7 +28,7 @@ def host(name: str):
 
 
 def client(tokens=512, duration=1.0, end=100.0, completed=16, ttft=20.0, tpot=4.0):
-    return bench.ClientResult(
+    return bench_results.ClientResult(
         completed=completed,
         failed=0,
         input_tokens=tokens,
@@ -201,7 +201,7 @@ def test_planned_servers_run_with_the_plans_placement():
 
 def test_parse_a_real_result_file():
     data = json.loads(RESULT.read_text())
-    r = bench.parse_client_result(data, "x.json", 5.0)
+    r = bench_results.parse_client_result(data, "x.json", 5.0)
     assert (r.completed, r.failed, r.output_tokens) == (16, 0, 512)
     assert r.duration_s == pytest.approx(0.6445, abs=1e-4)
     assert r.output_tokens / r.duration_s == pytest.approx(data["output_throughput"])
@@ -214,24 +214,24 @@ def test_parse_rejects_what_is_not_a_result():
         ValueError,
         match=r"x\.json: not a `vllm bench serve` result, missing duration, median_tpot_ms",
     ):
-        bench.parse_client_result(data, "x.json", 0)
+        bench_results.parse_client_result(data, "x.json", 0)
     data = json.loads(RESULT.read_text()) | {"completed": 0}
     with pytest.raises(ValueError, match="no request completed"):
-        bench.parse_client_result(data, "x.json", 0)
+        bench_results.parse_client_result(data, "x.json", 0)
 
 
 def test_one_client_run_is_vllms_own_number():
-    run = bench.combine("stock", 1, [client(tokens=1000, duration=2.0)], 0.5)
+    run = bench_results.combine("stock", 1, [client(tokens=1000, duration=2.0)], 0.5)
     assert run.output_tok_s == 500.0 and run.window_s == 2.0 and run.clients == 1
 
 
 def test_clients_are_summed_over_their_common_span():
-    aligned = bench.combine("auto", 1, [client(512, 1.0, 10.0), client(512, 1.0, 10.0)], 0)
+    aligned = bench_results.combine("auto", 1, [client(512, 1.0, 10.0), client(512, 1.0, 10.0)], 0)
     assert aligned.output_tok_s == 1024.0
     # A client that starts half a second late stretches the span: skew counts against.
-    skewed = bench.combine("auto", 1, [client(512, 1.0, 10.0), client(512, 1.0, 10.5)], 0)
+    skewed = bench_results.combine("auto", 1, [client(512, 1.0, 10.0), client(512, 1.0, 10.5)], 0)
     assert skewed.window_s == 1.5 and skewed.output_tok_s == round(1024 / 1.5, 2)
-    mixed = bench.combine(
+    mixed = bench_results.combine(
         "auto", 1, [client(completed=1, ttft=10), client(completed=3, ttft=30)], 0
     )
     assert mixed.median_ttft_ms == 25.0  # request-weighted
@@ -239,7 +239,7 @@ def test_clients_are_summed_over_their_common_span():
 
 def runs_of(config, rates):
     return [
-        bench.combine(config, i + 1, [client(tokens=int(rate * 10), duration=10.0)], 0.1)
+        bench_results.combine(config, i + 1, [client(tokens=int(rate * 10), duration=10.0)], 0.1)
         for i, rate in enumerate(rates)
     ]
 
@@ -259,7 +259,7 @@ def test_summary_is_median_and_spread_and_ratio_to_stock():
         + runs_of("single", [300, 310, 290])
         + runs_of("auto", [700, 560, 600])
     )
-    summaries = {s.config: s for s in bench.summarize(runs, configs)}
+    summaries = {s.config: s for s in bench_results.summarize(runs, configs)}
     assert (
         summaries["auto"].output_tok_s,
         summaries["auto"].output_min,
@@ -272,14 +272,14 @@ def test_summary_is_median_and_spread_and_ratio_to_stock():
     assert summaries["stock"].ratio == 1.0
     assert summaries["auto"].ratio == 1.5
     assert summaries["single"].ratio == 0.75
-    v = bench.verdict(list(summaries.values()), configs)
+    v = bench_results.verdict(list(summaries.values()), configs)
     assert v["meets_acceptance"] and v["planner_is_best_layout"] and v["best_layout"] == "auto"
 
 
 def test_verdict_says_when_the_planner_is_not_best():
     configs = sample_configs()
     runs = runs_of("stock", [400]) + runs_of("single", [500]) + runs_of("auto", [480])
-    v = bench.verdict(bench.summarize(runs, configs), configs)
+    v = bench_results.verdict(bench_results.summarize(runs, configs), configs)
     assert not v["meets_acceptance"] and not v["planner_is_best_layout"]
     assert v["best_layout"] == "single" and v["planner_ratio"] == 1.2
 
@@ -289,14 +289,14 @@ def result_doc(configs, runs):
         "model": "tiny-llama",
         "host": "test host",
         "cpus": 2,
-        "workload": {**bench.asdict(replace(bench.FULL, repeats=3, num_prompts=1, output_len=1))},
+        "workload": {**asdict(replace(bench.FULL, repeats=3, num_prompts=1, output_len=1))},
         "load_before": [0.1, 0.1, 0.1],
         "load_after": [0.2, 0.2, 0.2],
         "wall_s": 60.0,
         "notes": ["per-node: identical to single"],
         "failures": [],
     }
-    return bench.result_document(meta, configs, {"vllm-openai": "img:1"}, runs)
+    return bench_results.result_document(meta, configs, {"vllm-openai": "img:1"}, runs)
 
 
 def consistent_runs():
@@ -315,7 +315,7 @@ def consistent_runs():
 def test_tables_are_shaped_like_amds():
     configs = sample_configs()
     doc = result_doc(configs, runs_of("stock", [400, 420, 380]) + runs_of("auto", [700, 560, 600]))
-    summaries = [bench.Summary(**s) for s in doc["summary"]]
+    summaries = [bench_results.Summary(**s) for s in doc["summary"]]
     amd = bench_report.amd_table(summaries, "tiny-llama").splitlines()
     assert amd[0] == "| Model | stock | auto | autovsstock |"
     assert amd[2] == "| tiny-llama | 400 | 600 | 1.500 |"
@@ -374,7 +374,7 @@ def test_checker_catches_each_kind_of_inconsistency(tmp_path):
 def test_median_helper_matches_statistics():
     configs = sample_configs()
     rates = [512.5, 498.25, 530.0, 505.0]
-    s = bench.summarize(runs_of("stock", rates), configs)[0]
+    s = bench_results.summarize(runs_of("stock", rates), configs)[0]
     assert s.output_tok_s == round(statistics.median(rates), 1)
 
 
