@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import json
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -22,7 +23,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, require
 from support import engine
-from support.ansible_run import changed_tasks, playbook
+from support.ansible_run import ANSIBLE_DIR, BIN, changed_tasks, playbook
+from support.ansible_run import env as ansible_env
 from support.tiny_model import ensure_tiny_model
 
 pytestmark = pytest.mark.ansible
@@ -224,6 +226,55 @@ def test_a_planned_port_another_service_holds_is_refused_before_anything(deploym
     assert not (tmp_path / "etc").exists()
     left = engine.docker("ps", "-aq", "--filter", "label=zenvllm.deployment=zenvllm-e2e-busy")
     assert left.stdout.strip() == ""
+
+
+def test_an_interrupted_deploy_leaves_whole_files_and_undeploy_removes_it(deployment, tmp_path):
+    """Ctrl-C while the instances start: every file written is whole (Ansible writes each
+    atomically), nothing temporary is left, and one undeploy removes what was made."""
+    _, variables = deployment
+    name = "zenvllm-e2e-int"
+    etc = tmp_path / "etc"
+    extra = {
+        **variables,
+        "zenvllm_instances_deployment": name,
+        "zenvllm_instances_base_port": PORTS[-1] + 10,
+        "zenvllm_instances_count": 1,
+        "zenvllm_instances_config_dir": str(etc),
+        "zenvllm_instances_lib_dir": str(tmp_path / "lib"),
+        "zenvllm_instances_seccomp_profile": str(etc / "seccomp-numa.json"),
+        "zenvllm_gateway_site_path": str(tmp_path / "site.conf"),
+    }
+    label = f"label=zenvllm.deployment={name}"
+    proc = subprocess.Popen(
+        [str(BIN / "ansible-playbook"), "deploy.yml", "-e", json.dumps(extra)],
+        cwd=ANSIBLE_DIR,
+        env=ansible_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and proc.poll() is None:
+            if engine.docker("ps", "-aq", "--filter", label).stdout.strip():
+                break  # the instance's container exists: the play is half-way
+            time.sleep(0.5)
+        assert proc.poll() is None, "the play ended before it could be interrupted"
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0, output[-3000:]
+    written = sorted(p.name for p in etc.iterdir())
+    assert written == [f"{name}-0.env", f"{name}-0.run.sh", "seccomp-numa.json"], written
+    env_text = (etc / f"{name}-0.env").read_text()
+    assert env_text.endswith("\n") and "VLLM_CPU_KVCACHE_SPACE=" in env_text
+    assert json.loads((etc / "seccomp-numa.json").read_text())["comment"].startswith("zenvllm:")
+    undo = playbook(extra_vars={**extra, "zenvllm_state": "absent"})
+    assert undo.rc == 0 and undo.failed() == 0, undo.output[-3000:]
+    assert engine.docker("ps", "-aq", "--filter", label).stdout.strip() == ""
+    assert not etc.exists() and not (tmp_path / "site.conf").exists()
 
 
 def test_undeploy_removes_the_deployment_and_again_changes_nothing(deployment):
