@@ -262,19 +262,25 @@ def test_an_interrupted_deploy_leaves_whole_files_and_undeploy_removes_it(deploy
         assert proc.poll() is None, "the play ended before it could be interrupted"
         proc.send_signal(signal.SIGINT)
         output, _ = proc.communicate(timeout=120)
+        check_interrupted(proc.returncode, output, etc, name, extra, label)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode != 0, output[-3000:]
+        for cid in engine.docker("ps", "-aq", "--filter", label).stdout.split():
+            engine.docker("rm", "--force", cid, check=False)  # whatever an assertion left
+
+
+def check_interrupted(rc: int, output: str, etc: Path, name: str, extra: dict, label: str):
+    assert rc != 0, output[-3000:]
     written = sorted(p.name for p in etc.iterdir())
-    assert written == [f"{name}-0.env", f"{name}-0.run.sh", "seccomp-numa.json"], written
+    assert written == sorted([f"{name}-0.env", f"{name}-0.run.sh", "seccomp-numa.json"]), written
     env_text = (etc / f"{name}-0.env").read_text()
     assert env_text.endswith("\n") and "VLLM_CPU_KVCACHE_SPACE=" in env_text
     assert json.loads((etc / "seccomp-numa.json").read_text())["comment"].startswith("zenvllm:")
     undo = playbook(extra_vars={**extra, "zenvllm_state": "absent"})
     assert undo.rc == 0 and undo.failed() == 0, undo.output[-3000:]
     assert engine.docker("ps", "-aq", "--filter", label).stdout.strip() == ""
-    assert not etc.exists() and not (tmp_path / "site.conf").exists()
+    assert not etc.exists() and not Path(extra["zenvllm_gateway_site_path"]).exists()
 
 
 def test_undeploy_removes_the_deployment_and_again_changes_nothing(deployment):
