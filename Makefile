@@ -119,7 +119,7 @@ test-reliability: venv engine
 	$(PYTEST) -q tests/reliability
 
 # Every tier, named and timed, then a summary; CI=true turns any missing prerequisite
-# into a failure, not a skip. Needs root; ~30 min and ~30 GiB of disk (README, Tests).
+# into a failure, not a skip. Needs root; ~30 min and ~21 GiB of disk (README).
 test:
 	@MAKE="$(MAKE)" scripts/test_tiers.sh $(TIERS)
 
