@@ -185,15 +185,11 @@ def run_build(argv: list[str], env: dict[str, str], log: Path | None = None) -> 
     cli = Cli(argv[0], env)
     if log is None:
         tail: deque[str] = deque(maxlen=2000)
-        with cli.stream(*argv[1:], out=subprocess.PIPE) as proc:
-            try:
-                for raw in proc.stdout:  # type: ignore[union-attr]
-                    line = raw.decode(errors="replace")
-                    sys.stderr.write(line)
-                    tail.append(line)
-            except BaseException:
-                proc.kill()  # interrupted: the build stops with us
-                raise
+        with cli.started(*argv[1:], out=subprocess.PIPE) as proc:
+            for raw in proc.stdout:  # type: ignore[union-attr]
+                line = raw.decode(errors="replace")
+                sys.stderr.write(line)
+                tail.append(line)
         if proc.returncode != 0:
             raise UserError(failure_message(proc.returncode, list(tail), None))
         return

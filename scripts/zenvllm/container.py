@@ -21,9 +21,6 @@ from zenvllm.topology import format_cpu_list
 # The least privilege vLLM's CPU backend needs: SYS_NICE for its NUMA memory binding
 # (with a seccomp profile that allows the memory-policy calls), nothing else.
 SECURITY = ("--cap-drop=ALL", "--cap-add=SYS_NICE", "--security-opt=no-new-privileges")
-# Secrets the env file may carry beside the spec's env: their values never enter
-# the plan, only a digest of them (a new key must still restart the instances).
-SECRET_KEYS = ("HF_TOKEN", "VLLM_API_KEY")
 
 
 @dataclass(frozen=True)
@@ -67,6 +64,8 @@ class Settings:
         return settings.with_secrets(secrets or {})
 
     def with_secrets(self, secrets: dict[str, str]) -> Settings:
+        """The env file's secrets never enter the plan, only their digest: a new key must
+        still change the config hash and restart the instances."""
         given = {k: v for k, v in sorted(secrets.items()) if v}
         if not given:
             return self
@@ -111,6 +110,7 @@ def placement(instance) -> list[str]:
 def container_of(instance, settings: Settings) -> Container:
     """The container of one planned instance (a plan.Instance) under these settings."""
     name = instance.name
+    env_file = f"{settings.config_dir}/{name}.env"
     served = (
         settings.served_model_name or settings.model_dir.rstrip("/").rsplit("/", 1)[-1] or "model"
     )
@@ -126,7 +126,7 @@ def container_of(instance, settings: Settings) -> Container:
             if settings.seccomp_profile
             else []
         ),
-        f"--env-file={settings.config_dir}/{name}.env",
+        f"--env-file={env_file}",
         f"--volume={settings.model_dir}:{settings.container_model_dir}:ro",
         "--label=zenvllm.managed=true",
         f"--label=zenvllm.deployment={settings.deployment}",
@@ -156,7 +156,7 @@ def container_of(instance, settings: Settings) -> Container:
         options=(*options, f"--label=zenvllm.config={config_hash}"),
         command=tuple(command),
         env=env,
-        env_file=f"{settings.config_dir}/{name}.env",
+        env_file=env_file,
         config_hash=config_hash,
         restart=restart,
     )

@@ -1,7 +1,9 @@
 """The one way zenvllm runs a container engine's command line (docker or podman).
 
-Every engine command in the package goes through an `Cli`: `run` captures the
-output, `stream` writes it to a file (builds, benchmark clients). One place finds
+Every engine command in the package goes through a `Cli`: `run` captures the
+output; `started` and `call` send it to a file or a pipe (builds) and kill the
+command if the caller is interrupted; `stream` starts one the caller watches
+itself (benchmark clients, with their own deadline). One place finds
 the binary, says how to get one when it is missing, and turns a failure the
 caller cannot go on from into an error that names the command.
 """
@@ -9,7 +11,8 @@ caller cannot go on from into an error that names the command.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO
 
@@ -60,18 +63,24 @@ class Cli:
         """stdout split on whitespace (names, IDs)."""
         return self.run(*args).stdout.split()
 
-    def call(self, *args: str, out: IO) -> int:
-        """Run the command with its output to `out`; its exit status. Interrupted (Ctrl-C,
-        SIGTERM as KeyboardInterrupt), the command is killed, not waited for."""
-        proc = self.stream(*args, out=out)
-        with proc:
+    @contextmanager
+    def started(self, *args: str, out: IO | int) -> Iterator[subprocess.Popen]:
+        """The running command, its output to `out` (a file or subprocess.PIPE). Whatever
+        interrupts the caller (an error, Ctrl-C, SIGTERM as KeyboardInterrupt) kills the
+        command rather than waiting for it: an interrupted build must not go on to tag."""
+        with self.stream(*args, out=out) as proc:
             try:
-                return proc.wait()
+                yield proc
             except BaseException:
                 proc.kill()
                 raise
 
-    def stream(self, *args: str, out: IO) -> subprocess.Popen:
+    def call(self, *args: str, out: IO) -> int:
+        """Run the command with its output to `out`; its exit status."""
+        with self.started(*args, out=out) as proc:
+            return proc.wait()
+
+    def stream(self, *args: str, out: IO | int) -> subprocess.Popen:
         """Start the command with stdout and stderr going to `out`; the caller waits."""
         try:
             return subprocess.Popen(

@@ -242,7 +242,8 @@ def gib(n: float) -> str:
 # -- the plan ----------------------------------------------------------------
 
 
-def check_policy(host: Host, policy: Policy) -> None:
+def check_policy(host: Host, policy: Policy) -> str:
+    """Refuse a policy the planner cannot follow; the inactive-target warning, or ""."""
     if policy.target not in TARGETS:
         raise PlanError(f"unknown target {policy.target!r}; choose one of {', '.join(TARGETS)}")
     if policy.layout not in LAYOUTS:
@@ -264,6 +265,7 @@ def check_policy(host: Host, policy: Policy) -> None:
             f"{lacking}. Use --target vllm-openai, a host with those features "
             "(AMD EPYC Zen 4 or newer), or --allow-inactive to serve it anyway"
         )
+    return lacking
 
 
 def inactive_target(host: Host, policy: Policy) -> str:
@@ -428,14 +430,14 @@ def instance_of(
 
 def make_plan(host: Host, model: Model, policy: Policy | None = None) -> Plan:
     policy = policy or Policy()
-    check_policy(host, policy)
+    inactive = check_policy(host, policy)
     cores = usable_cores(host)
     if not cores:
         raise PlanError(
             "no usable CPUs: the cgroup cpuset allows none of the online CPUs; "
             "widen the container's --cpuset-cpus"
         )
-    warnings: list[str] = [w for w in (inactive_target(host, policy),) if w]
+    warnings: list[str] = [inactive] if inactive else []
     notes: list[str] = []
     fixed = fixed_cost(model, policy)
     per_instance = cores_per_instance(model, policy)
