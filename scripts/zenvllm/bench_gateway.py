@@ -6,7 +6,9 @@ role's containers and the gateway role's nginx site, with this run's model,
 image and `vllm serve` arguments, under a deployment name of its own (deploy.yml
 names, labels and prunes containers per deployment, so another deployment on
 the same engine is left alone). Everything it writes goes under one work
-directory, except the nginx site, which gets a name of its own too.
+directory, except the nginx site, which gets a name of its own too. Neither may
+be anyone else's: both are checked before the run and removed only when zenvllm
+wrote them.
 """
 
 from __future__ import annotations
@@ -19,11 +21,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from zenvllm import outputs
 from zenvllm.engine import DOCKER
 from zenvllm.errors import UserError
 
 ANSIBLE_DIR = Path(__file__).resolve().parents[2] / "ansible"
 DEPLOYMENT_PREFIX = "zenvllm-bench-gw"
+# The gateway role's site starts with this header (templates/zenvllm.conf.j2).
+SITE_HEADER = "# zenvllm gateway: "
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,7 @@ class Deployment:
     base_port: int  # the instances'
     serve_args: tuple[str, ...]
     max_model_len: int
+    site_dir: Path = Path("/etc/nginx/conf.d")
 
     @property
     def url(self) -> str:
@@ -47,7 +53,7 @@ class Deployment:
 
     @property
     def site(self) -> Path:
-        return Path(f"/etc/nginx/conf.d/zenvllm-bench-{self.port}.conf")
+        return self.site_dir / f"zenvllm-bench-{self.port}.conf"
 
     def variables(self) -> dict:
         """deploy.yml's variables: a shared machine, so nothing host-wide is tuned."""
@@ -85,9 +91,29 @@ def playbook_command() -> str:
     return found
 
 
+def site_is_ours(site: Path) -> bool:
+    try:
+        head = site.read_text(errors="replace").splitlines()[:5]
+    except OSError:
+        return False
+    return not site.is_symlink() and any(line.startswith(SITE_HEADER) for line in head)
+
+
+def check_paths(d: Deployment) -> None:
+    """Refuse, before any work, a work directory or nginx site that is not zenvllm's."""
+    outputs.check_output(d.work, "the gateway's work directory")
+    if (d.site.exists() or d.site.is_symlink()) and not site_is_ours(d.site):
+        raise UserError(
+            f"{d.site} exists and zenvllm did not write it (no {SITE_HEADER!r} header); "
+            "move it away, or give --base-port another value (the site is named after "
+            "the gateway's port)"
+        )
+
+
 def deploy(d: Deployment, log: Path, timeout_s: float = 1800) -> None:
     """Run deploy.yml; raise RuntimeError with its tail when it fails."""
-    d.work.mkdir(parents=True, exist_ok=True)
+    check_paths(d)
+    outputs.claim(d.work, "the gateway's work directory")
     vars_file = d.work / "vars.json"
     fd = os.open(vars_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as out:
@@ -126,13 +152,19 @@ def containers(d: Deployment) -> list[str]:
 
 
 def teardown(d: Deployment, logs: Path | None = None) -> None:
-    """Remove the deployment's containers and nginx site; reload nginx; drop the work dir."""
+    """Remove the deployment's containers, its nginx site and work dir; reload nginx."""
     for name in containers(d):
         if logs is not None:
             done = DOCKER.run("logs", name)
             (logs / f"gateway-{name}.log").write_text(done.stdout + done.stderr)
         DOCKER.run("rm", "--force", name)
-    d.site.unlink(missing_ok=True)
+    remove_own_files(d)
     if shutil.which("nginx") and Path("/run/nginx.pid").exists():
         subprocess.run(["nginx", "-s", "reload"], capture_output=True, check=False)
-    shutil.rmtree(d.work, ignore_errors=True)
+
+
+def remove_own_files(d: Deployment) -> None:
+    """The site and the work directory, each only if zenvllm wrote it."""
+    if site_is_ours(d.site):
+        d.site.unlink()
+    outputs.remove_owned(d.work)

@@ -7,7 +7,7 @@ import json
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from zenvllm import bench, bench_results, outputs
+from zenvllm import bench, bench_gateway, bench_results, outputs
 from zenvllm.arguments import real, whole
 from zenvllm.bench_gateway import Deployment
 from zenvllm.engine import DOCKER
@@ -98,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
                 serve_args=tuple(serve),
                 max_model_len=max_len,
             )
+            bench_gateway.check_paths(deployment)  # before any work
             notes.append(
                 f"gateway: deploy.yml's own deployment (planner auto, nginx on :{deployment.port})"
             )

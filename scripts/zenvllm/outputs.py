@@ -22,6 +22,7 @@ from pathlib import Path
 from zenvllm.errors import UserError
 
 MARKER = ".zenvllm-output"
+MARK_TEXT = "written by zenvllm; it may replace this directory\n"
 # Build contexts written before the marker existed hold exactly these names.
 LEGACY_CONTEXT = {
     "Dockerfile",
@@ -80,7 +81,7 @@ def staged(path: Path, option: str) -> Iterator[Path]:
     staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
     try:
         staging.chmod(0o755)  # mkdtemp makes 0700; outputs get normal permissions
-        (staging / MARKER).write_text("written by zenvllm; it may replace this directory\n")
+        (staging / MARKER).write_text(MARK_TEXT)
         yield staging
         swap(staging, out, option)
     except BaseException:
@@ -97,3 +98,22 @@ def swap(staging: Path, out: Path, option: str) -> None:
     staging.rename(out)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def owned(path: Path) -> bool:
+    """A directory zenvllm made: its marker inside, and not reached through a symlink."""
+    return not Path(path).is_symlink() and (Path(path) / MARKER).is_file()
+
+
+def claim(path: Path, option: str) -> Path:
+    """A working directory zenvllm owns from now on (refused as check_output refuses)."""
+    out = check_output(path, option)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MARKER).write_text(MARK_TEXT)
+    return out
+
+
+def remove_owned(path: Path) -> None:
+    """Remove `path` only if zenvllm made it; anything else stays."""
+    if owned(path):
+        shutil.rmtree(path, ignore_errors=True)

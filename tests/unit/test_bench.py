@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import statistics
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -388,3 +389,37 @@ def test_the_recorded_full_run_is_complete_and_consistent():
     result = json.loads((DOCS / "results.json").read_text())
     assert result["meta"]["workload"]["repeats"] >= 3
     assert result["meta"]["workload"]["input_len"] == 128
+
+
+def test_the_gateway_touches_only_a_site_and_work_dir_zenvllm_wrote(tmp_path):
+    from zenvllm import bench_gateway, outputs
+
+    d = bench_gateway.Deployment(
+        work=tmp_path / ".out.gateway",
+        model_dir=tmp_path / "model",
+        image="zenvllm/vllm-openai:0.32.0",
+        port=8491,
+        base_port=8492,
+        serve_args=(),
+        max_model_len=512,
+        site_dir=tmp_path / "conf.d",
+    )
+    d.site_dir.mkdir()
+    d.site.write_text("server { listen 8491; }\n")  # the operator's own
+    with pytest.raises(UserError, match=re.escape(f"{d.site} exists and zenvllm did not")):
+        bench_gateway.check_paths(d)
+    d.work.mkdir()
+    (d.work / "notes.txt").write_text("mine\n")
+    with pytest.raises(UserError, match=r"the gateway's work directory .* did not make"):
+        bench_gateway.check_paths(d)
+    bench_gateway.remove_own_files(d)
+    assert d.site.read_text() == "server { listen 8491; }\n"
+    assert (d.work / "notes.txt").read_text() == "mine\n"
+
+    (d.work / "notes.txt").unlink()
+    d.work.rmdir()
+    outputs.claim(d.work, "the gateway's work directory")
+    d.site.write_text("# managed\n# zenvllm gateway: one endpoint\nupstream x {}\n")
+    bench_gateway.check_paths(d)  # both zenvllm's: accepted
+    bench_gateway.remove_own_files(d)
+    assert not d.site.exists() and not d.work.exists()
