@@ -16,6 +16,7 @@ import shutil
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -100,6 +101,16 @@ def exec_start(unit_text: str) -> list[str]:
     return shlex.split(body.replace("\\\n", " "))
 
 
+def instance_paths(root: Path) -> dict[str, str]:
+    """Every path the instances role writes, under `root` instead of the host's."""
+    return {
+        "zenvllm_instances_config_dir": str(root / "etc"),
+        "zenvllm_instances_unit_dir": str(root / "units"),
+        "zenvllm_instances_lib_dir": str(root / "lib"),
+        "zenvllm_instances_seccomp_profile": str(root / "etc" / "seccomp-numa.json"),
+    }
+
+
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory):
     base = tmp_path_factory.mktemp("flavors")
@@ -116,10 +127,7 @@ def rendered(tmp_path_factory):
             **inputs,
             "zenvllm_instances_model_size_gib": size,
             "zenvllm_instances_count": count,
-            "zenvllm_instances_config_dir": str(dest / "etc"),
-            "zenvllm_instances_unit_dir": str(dest / "units"),
-            "zenvllm_instances_lib_dir": str(dest / "lib"),
-            "zenvllm_instances_seccomp_profile": str(dest / "etc" / "seccomp-numa.json"),
+            **instance_paths(dest),
         }
     inventory = base / "inventory.yml"
     inventory.write_text(yaml.safe_dump({"zenvllm": {"hosts": hosts}}))
@@ -200,10 +208,7 @@ def test_an_impossible_plan_fails_with_the_planners_numbers(tmp_path):
             "zenvllm_instances_model_size_gib": 140,
             "zenvllm_instances_render_only": True,
             "zenvllm_instances_supervisor": "systemd",
-            "zenvllm_instances_config_dir": str(tmp_path / "etc"),
-            "zenvllm_instances_unit_dir": str(tmp_path / "units"),
-            "zenvllm_instances_lib_dir": str(tmp_path / "lib"),
-            "zenvllm_instances_seccomp_profile": str(tmp_path / "etc" / "seccomp.json"),
+            **instance_paths(tmp_path),
         },
         playbook_file="deploy.yml",
     )
@@ -243,22 +248,7 @@ def test_files_of_the_same_name_zenvllm_did_not_write_are_refused_untouched(tmp_
     (units / "zenvllm-0.service").write_text("[Unit]\nDescription=the operator's own\n")
     (etc / "zenvllm-1.env").write_text("MINE=1\n")
     before = {p: p.read_bytes() for p in (*units.iterdir(), *etc.iterdir())}
-    run = playbook(
-        "--tags",
-        "instances",
-        extra_vars={
-            "zenvllm_model_dir": "/srv/models/llm",
-            "zenvllm_instances_flavor": "epyc-9454-24c-96g",
-            "zenvllm_instances_model_size_gib": 1,
-            "zenvllm_instances_count": 2,
-            "zenvllm_instances_render_only": True,
-            "zenvllm_instances_supervisor": "systemd",
-            "zenvllm_instances_config_dir": str(etc),
-            "zenvllm_instances_unit_dir": str(units),
-            "zenvllm_instances_lib_dir": str(tmp_path / "lib"),
-            "zenvllm_instances_seccomp_profile": str(etc / "seccomp.json"),
-        },
-    )
+    run = render_one(tmp_path, "systemd", zenvllm_instances_count=2)
     assert run.rc != 0
     assert f"{etc}/zenvllm-1.env, {units}/zenvllm-0.service exist(s)" in run.output, run.output[
         -3000:
@@ -294,10 +284,7 @@ def render_one(tmp_path, supervisor: str, **extra):
             "zenvllm_instances_count": 1,
             "zenvllm_instances_render_only": True,
             "zenvllm_instances_supervisor": supervisor,
-            "zenvllm_instances_config_dir": str(tmp_path / "etc"),
-            "zenvllm_instances_unit_dir": str(tmp_path / "units"),
-            "zenvllm_instances_lib_dir": str(tmp_path / "lib"),
-            "zenvllm_instances_seccomp_profile": str(tmp_path / "etc" / "seccomp.json"),
+            **instance_paths(tmp_path),
             **extra,
         },
     )
@@ -325,3 +312,32 @@ def test_a_variable_of_the_wrong_type_is_refused_by_name(tmp_path, variable, val
     assert run.rc != 0
     assert variable in run.output, run.output[-3000:]
     assert not (tmp_path / "etc").exists() and not list((tmp_path / "units").iterdir())
+
+
+def test_undeploy_leaves_files_of_the_same_name_zenvllm_did_not_write(tmp_path):
+    from support.engine import engine_env
+
+    etc, units = tmp_path / "etc", tmp_path / "units"
+    etc.mkdir()
+    units.mkdir()
+    name = "zenvllm-flv-theirs"  # no container on the engine carries it
+    theirs = {
+        etc / f"{name}-0.env": "MINE=1\n",
+        etc / f"{name}-0.run.sh": "#!/bin/sh\necho mine\n",
+        etc / "seccomp-numa.json": '{"defaultAction": "SCMP_ACT_ALLOW"}\n',
+        units / f"{name}-0.service": "[Unit]\nDescription=the operator's own\n",
+    }
+    for path, text in theirs.items():
+        path.write_text(text)
+    run = render_one(
+        tmp_path,
+        "systemd",
+        zenvllm_state="absent",
+        zenvllm_instances_deployment=name,
+        zenvllm_docker_host=engine_env()["DOCKER_HOST"],
+    )
+    assert run.rc == 0 and run.failed() == 0, run.output[-3000:]
+    assert {p: p.read_text() for p in theirs} == theirs
+    assert sorted(p.name for p in etc.iterdir()) == sorted(
+        p.name for p in theirs if p.parent == etc
+    )
