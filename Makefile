@@ -50,7 +50,7 @@ engine:
 
 # Debian base image made with debootstrap (cached tarball; skipped when tagged).
 base-image: venv engine
-	$(BIN)/python -m zenvllm.baseimage
+	$(BIN)/python -m zenvllm.image.baseimage
 
 tiny-model: venv
 	$(BIN)/python tests/support/tiny_model.py
@@ -104,7 +104,7 @@ bench: venv engine
 	$(MAKE) image TARGET=zen
 	$(BIN)/zenvllm bench --gateway deploy --out $(BENCH_OUT) $(BENCH_ARGS) \
 	  --model "$(or $(MODEL),$$($(BIN)/python tests/support/tiny_model.py --shape bench))"
-	$(BIN)/python -m zenvllm.bench_check $(BENCH_OUT)
+	$(BIN)/python -m zenvllm.bench.check $(BENCH_OUT)
 
 # Image figures, not tests (~20 min): each target's size and cold/warm build time beside
 # the blog's single-stage recipe; logs stay in out/images, the figures go to docs/images.

@@ -25,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
 
-from zenvllm import baseimage, build, images  # noqa: E402
+from zenvllm.image import baseimage, build, render  # noqa: E402
 
 NAIVE = """\
 # The blog's recipe, in one stage: build tools and media libraries stay in the image.
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
 
     engine = build.choose_engine()
     build.check_daemon(engine)
-    config = images.load_config()
+    config = render.load_config()
     base = baseimage.ensure_base_image(config["defaults"]["base_image"], engine=engine.binary)
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -121,10 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     # sending the whole context, as a first build does.
     with tempfile.TemporaryDirectory(prefix="zenvllm-figures-") as tmp:
         for target in args.targets:
-            request = images.Request(
+            request = render.Request(
                 target, wheelhouse=wheelhouse, extra_ca_certs=certs, buildkit=engine.buildkit
             )
-            ctx = images.write_context(images.render(config, request), Path(tmp) / target)
+            ctx = render.write_context(render.render(config, request), Path(tmp) / target)
             rows.append(measure(engine, target, ctx, base, args.out))
             print(rows[-1], file=sys.stderr)
         if not args.no_naive:

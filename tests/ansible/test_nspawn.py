@@ -44,7 +44,9 @@ def standin_archive(work) -> str:
             != 0
         ):
             subprocess.run(
-                [sys.executable, "-m", "zenvllm.baseimage"], env=engine.engine_env(), check=True
+                [sys.executable, "-m", "zenvllm.image.baseimage"],
+                env=engine.engine_env(),
+                check=True,
             )
         engine.docker("build", "--network", "host", "-t", STANDIN, str(STANDIN_DIR), timeout=600)
     archive = work / "standin.tar"
@@ -142,7 +144,7 @@ def test_hosts_run_what_the_plan_says(hosts, name):
     host = infra(inventory, name)
     plan = json.loads(
         host.check_output(
-            "PYTHONPATH=/opt/zenvllm/lib python3 -m zenvllm plan --json "
+            "PYTHONPATH=/opt/zenvllm/lib python3 -m zenvllm.runtime plan --json "
             "--model /srv/models/tiny-llama --kv-cache-gib 1"
         )
     )

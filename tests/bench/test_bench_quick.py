@@ -23,7 +23,7 @@ from conftest import REPO, require, require_tool
 from support.engine import ZENVLLM, build, docker, engine_env, engine_ready
 from support.tiny_model import ensure_tiny_model
 
-from zenvllm import bench, bench_check, bench_gateway
+from zenvllm.bench import check, gateway, layouts
 
 pytestmark = pytest.mark.bench
 
@@ -38,7 +38,7 @@ def engine(*args: str) -> subprocess.CompletedProcess:
 
 
 def bench_containers(run_id: str = "") -> list[str]:
-    label = f"label={bench.BENCH_LABEL}" + (f"={run_id}" if run_id else "")
+    label = f"label={layouts.BENCH_LABEL}" + (f"={run_id}" if run_id else "")
     return engine("ps", "-a", "--filter", label, "-q").stdout.split()
 
 
@@ -87,7 +87,7 @@ def quick(prerequisites, tmp_path_factory):
 
 def test_progress_is_shown_while_it_runs(quick):
     _, stdout, _ = quick
-    for name in bench.QUICK_CONFIGS:
+    for name in layouts.QUICK_CONFIGS:
         assert f"] {name}: repeat 1/1:" in stdout
     assert "] stock: starting 1 x all CPUs" in stdout
     assert "] gateway: deploying with ansible/deploy.yml" in stdout
@@ -97,17 +97,17 @@ def test_progress_is_shown_while_it_runs(quick):
 
 def test_outputs_are_complete_and_consistent(quick):
     out, _, _ = quick
-    assert bench_check.check_outputs(out, list(bench.QUICK_CONFIGS)) == []
+    assert check.check_outputs(out, list(layouts.QUICK_CONFIGS)) == []
 
 
 def test_every_configuration_ran_the_same_workload(quick):
     out, _, _ = quick
     result = json.loads((out / "results.json").read_text())
     w = result["meta"]["workload"]
-    assert w == asdict(bench.QUICK)
+    assert w == asdict(layouts.QUICK)
     names = {c["name"] for c in result["configurations"]}
     folded = {n for c in result["configurations"] for n in c["same_as"]}
-    assert set(bench.QUICK_CONFIGS) <= names | folded
+    assert set(layouts.QUICK_CONFIGS) <= names | folded
     for run in result["runs"]:
         assert run["completed"] == w["num_prompts"] and run["failed"] == 0
         assert run["output_tokens"] == w["num_prompts"] * w["output_len"]
@@ -148,7 +148,7 @@ def test_plots_are_png_images(quick):
     for name in ("throughput.png", "latency.png"):
         data = (out / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n", name
-        width, height = bench_check.png_size(out / name)
+        width, height = check.png_size(out / name)
         assert width >= 300 and height >= 200
 
 
@@ -156,8 +156,8 @@ def test_nothing_is_left_behind(quick):
     out, _, before = quick
     run_id = json.loads((out / "results.json").read_text())["meta"]["run_id"]
     assert bench_containers(run_id) == []
-    gateway = f"label=zenvllm.deployment={bench_gateway.DEPLOYMENT_PREFIX}{BASE_PORT + 90}"
-    assert engine("ps", "-a", "-q", "--filter", gateway).stdout.split() == []
+    label = f"label=zenvllm.deployment={gateway.DEPLOYMENT_PREFIX}{BASE_PORT + 90}"
+    assert engine("ps", "-a", "-q", "--filter", label).stdout.split() == []
     assert not Path(f"/etc/nginx/conf.d/zenvllm-bench-{BASE_PORT + 90}.conf").exists()
     assert not list(out.parent.glob(".out.*"))  # the staging dir was renamed into place
     assert not [p for p in leftovers() - before if p.name.startswith("vllm_dist_")]

@@ -17,8 +17,8 @@ from conftest import require, require_tool
 from support import cpu, engine
 from support.tiny_model import ensure_tiny_model
 
-from zenvllm import images
-from zenvllm.build import PODMAN_ULIMITS
+from zenvllm.image import render
+from zenvllm.image.build import PODMAN_ULIMITS
 
 pytestmark = pytest.mark.image
 
@@ -48,7 +48,7 @@ def zen_image(logdir, openai_image) -> str:
 
 
 def test_base_image_is_a_local_debian(openai_image):
-    base = images.load_config()["defaults"]["base_image"]
+    base = render.load_config()["defaults"]["base_image"]
     os_release = engine.docker("run", "--rm", "--network", "host", base, "cat", "/etc/os-release")
     assert "VERSION_CODENAME=bookworm" in os_release.stdout
 
@@ -60,8 +60,8 @@ def test_vllm_openai_image_records_pins_and_runs_as_non_root(openai_image):
     assert labels["io.zenvllm.pin.torch"] == "2.13.0+cpu"
     assert labels["io.zenvllm.target"] == "vllm-openai"
     assert config["User"] == "10001"
-    assert config["Entrypoint"] == ["/opt/venv/bin/python", "-m", "zenvllm.launcher"]
-    assert config["Healthcheck"]["Test"][-1] == "zenvllm.health"
+    assert config["Entrypoint"] == ["/opt/venv/bin/python", "-m", "zenvllm.runtime.launcher"]
+    assert config["Healthcheck"]["Test"][-1] == "zenvllm.runtime.health"
 
 
 def test_runtime_has_preloads_metadata_and_inductors_compiler_not_dropped_packages(openai_image):

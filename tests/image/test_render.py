@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, require_tool
 
-from zenvllm import images
+from zenvllm.image import render
 
 TARGETS = ("vllm-openai", "zen", "pace")
 SOURCES = ("wheel", "source")
@@ -48,15 +48,15 @@ def stages(dockerfile: str) -> list[tuple[str, str]]:
     return found
 
 
-def render(target: str, source: str = "wheel", buildkit: bool = False, **kw) -> images.Context:
-    request = images.Request(target, source=source, buildkit=buildkit, **kw)
-    return images.render(images.load_config(), request)
+def context(target: str, source: str = "wheel", buildkit: bool = False, **kw) -> render.Context:
+    request = render.Request(target, source=source, buildkit=buildkit, **kw)
+    return render.render(render.load_config(), request)
 
 
 @pytest.mark.parametrize("source", SOURCES)
 @pytest.mark.parametrize("target", TARGETS)
 def test_stage_chain_is_os_build_runtime_then_the_target(target, source):
-    dockerfile = render(target, source).files["Dockerfile"]
+    dockerfile = context(target, source).files["Dockerfile"]
     assert stages(dockerfile) == [
         ("os", "${BASE_IMAGE}"),
         ("build", "os"),
@@ -68,22 +68,24 @@ def test_stage_chain_is_os_build_runtime_then_the_target(target, source):
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_release_stage_labels_user_health_and_entrypoint(target):
-    ctx = render(target)
+    ctx = context(target)
     release = instructions(ctx.files["Dockerfile"].split(f"AS {target}\n", 1)[1])
     words = dict(release)
-    resolved = images.resolve(images.load_config(), target, {}, None)
+    resolved = render.resolve(render.load_config(), target, {}, None)
     for name, version in resolved.pins.items():
         assert f'io.zenvllm.pin.{name}="{version}"' in words["LABEL"]
     assert 'io.zenvllm.isa="runtime dispatch' in words["LABEL"]
     assert f'io.zenvllm.target="{target}"' in words["LABEL"]
     assert words["USER"] == "10001"  # numeric: resolvable by any runtime
-    assert words["ENTRYPOINT"] == '["/opt/venv/bin/python", "-m", "zenvllm.launcher"]'
-    assert words["HEALTHCHECK"].endswith('CMD ["/opt/venv/bin/python", "-m", "zenvllm.health"]')
+    assert words["ENTRYPOINT"] == '["/opt/venv/bin/python", "-m", "zenvllm.runtime.launcher"]'
+    assert words["HEALTHCHECK"].endswith(
+        'CMD ["/opt/venv/bin/python", "-m", "zenvllm.runtime.health"]'
+    )
     assert [w for w, _ in release][-1] == "ENTRYPOINT"
 
 
 def test_runtime_preloads_are_checked_at_build_time_before_ld_preload_is_set():
-    dockerfile = render("vllm-openai").files["Dockerfile"]
+    dockerfile = context("vllm-openai").files["Dockerfile"]
     runtime = dockerfile.split("AS runtime\n", 1)[1].split("\nFROM ", 1)[0]
     check = runtime.index('test -f "$lib"')
     assert "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4" in runtime[:check]
@@ -94,7 +96,7 @@ def test_runtime_preloads_are_checked_at_build_time_before_ld_preload_is_set():
 
 
 def test_the_build_drops_cuda_era_packages_and_fixes_vllm_metadata():
-    ctx = render("vllm-openai")
+    ctx = context("vllm-openai")
     assert ctx.files["overrides.txt"].splitlines() == [
         f"{n}; sys_platform == 'never'"
         for n in ("torchvision", "torchaudio", "torchcodec", "triton")
@@ -105,7 +107,7 @@ def test_the_build_drops_cuda_era_packages_and_fixes_vllm_metadata():
 
 
 def test_zen_installs_zentorch_under_the_stack_constraints():
-    ctx = render("zen")
+    ctx = context("zen")
     release = ctx.files["Dockerfile"].split("AS zen\n", 1)[1]
     assert "-c /etc/zenvllm/constraints.txt zentorch==2.13.0.1" in release
     assert "VLLM_ZENTORCH_WEIGHT_PREPACK=1" in release
@@ -117,29 +119,29 @@ def test_zen_installs_zentorch_under_the_stack_constraints():
 def test_no_syntax_line_no_heredoc_and_mounts_only_with_buildkit(target):
     for buildkit in (False, True):
         for source in SOURCES:
-            dockerfile = render(target, source, buildkit).files["Dockerfile"]
+            dockerfile = context(target, source, buildkit).files["Dockerfile"]
             assert "# syntax" not in dockerfile
             assert "<<" not in dockerfile
             assert ("--mount=" in dockerfile) is buildkit
 
 
 def test_source_install_uses_the_matrix_isa_rule():
-    new = render("vllm-openai", "source").files["Dockerfile"]
+    new = context("vllm-openai", "source").files["Dockerfile"]
     assert "ARG VLLM_CPU_X86=true" in new and "VLLM_CPU_AVX512BF16" not in new
     assert '--branch "${VLLM_GIT_REF}"' in new and "ARG VLLM_GIT_REF=v0.32.0" in new
-    old = render("vllm-openai", "source", pins={"vllm": "0.10.1", "torch": "2.13.0"})
+    old = context("vllm-openai", "source", pins={"vllm": "0.10.1", "torch": "2.13.0"})
     assert "VLLM_CPU_AVX512BF16=1" in old.files["Dockerfile"]
 
 
 def test_wheelhouse_decides_between_local_wheels_and_the_torch_index(tmp_path):
     wheel = tmp_path / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
     wheel.write_bytes(b"wheel")
-    local = render("vllm-openai", wheelhouse=tmp_path)
+    local = context("vllm-openai", wheelhouse=tmp_path)
     assert local.copies[f"wheelhouse/{wheel.name}"] == wheel
     assert "download.pytorch.org" not in local.files["Dockerfile"]
     assert (
         "--extra-index-url https://download.pytorch.org/whl/cpu"
-        in (render("vllm-openai").files["Dockerfile"])
+        in (context("vllm-openai").files["Dockerfile"])
     )
 
 
@@ -148,7 +150,7 @@ def test_override_template_replaces_a_block(tmp_path):
     override.write_text(
         '{% extends parent_template %}{% block footer %}LABEL site="acme"\n{% endblock %}'
     )
-    dockerfile = render("zen", override=override).files["Dockerfile"]
+    dockerfile = context("zen", override=override).files["Dockerfile"]
     assert 'LABEL site="acme"' in dockerfile
     assert stages(dockerfile)[-1] == ("zen", "runtime")
 
@@ -163,7 +165,7 @@ def test_hadolint_passes(target, source, buildkit, tmp_path):
         else str(Path(sys.executable).parent / "hadolint")
     )
     dockerfile = tmp_path / "Dockerfile"
-    dockerfile.write_text(render(target, source, buildkit).files["Dockerfile"])
+    dockerfile.write_text(context(target, source, buildkit).files["Dockerfile"])
     done = subprocess.run(
         [hadolint, "--config", str(REPO / "dockerfiles" / "hadolint.yaml"), str(dockerfile)],
         capture_output=True,
@@ -209,13 +211,13 @@ def test_cli_refuses_a_ruled_out_pin_and_writes_nothing(tmp_path):
 def test_cli_render_replaces_a_context_it_made_whole_with_normal_permissions(tmp_path):
     out = tmp_path / "ctx"
 
-    def render() -> subprocess.CompletedProcess:
+    def run_render() -> subprocess.CompletedProcess:
         argv = [*CLI, "render", "--target", "vllm-openai", "--output", str(out)]
         return subprocess.run(argv, capture_output=True, text=True, env=ENV, check=False)
 
-    assert render().returncode == 0
+    assert run_render().returncode == 0
     (out / "stale.txt").write_text("old")  # inside a directory zenvllm owns
-    done = render()
+    done = run_render()
     assert done.returncode == 0, done.stderr
     assert not (out / "stale.txt").exists() and (out / "Dockerfile").exists()
     assert (out / ".zenvllm-output").is_file() and out.stat().st_mode & 0o777 == 0o755

@@ -26,7 +26,7 @@ from conftest import REPO, require, require_tool
 from fleet import API_KEY, HF_TOKEN, IMAGE, NGINX_DEFAULT_SITE, Fleet, docker
 from support.load import BackgroundLoad, LoadResult, run_load
 
-from zenvllm.health import healthy
+from zenvllm.runtime.health import healthy
 
 pytestmark = pytest.mark.reliability
 

@@ -20,7 +20,7 @@ from support import engine
 from support.cpu import has_amx
 from support.tiny_model import ensure_tiny_model
 
-from zenvllm.health import healthy
+from zenvllm.runtime.health import healthy
 
 pytestmark = pytest.mark.serve
 

@@ -10,8 +10,8 @@ import os
 import re
 from pathlib import Path
 
-from zenvllm.host import Host
-from zenvllm.topology import read_host
+from zenvllm.core.host import Host
+from zenvllm.core.topology import read_host
 
 
 def this_host() -> Host:

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from support.cpu import has_amx
 
-from zenvllm import amx
-from zenvllm.amx import AmxState
-from zenvllm.doctor import FAIL, NA, NOT_CHECKED, OK, WARN, check_amx
-from zenvllm.topology import read_host
+from zenvllm.core.topology import read_host
+from zenvllm.runtime import amx
+from zenvllm.runtime.amx import AmxState
+from zenvllm.runtime.doctor import FAIL, NA, NOT_CHECKED, OK, WARN, check_amx
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
@@ -33,7 +33,7 @@ def python(code: str, *flags: str) -> str:
 
 def test_a_fresh_process_has_no_permission_and_the_request_grants_it_where_amx_is():
     # A fresh interpreter: this test process may have asked already.
-    code = "from zenvllm import amx; print(amx.state()); print(amx.request())"
+    code = "from zenvllm.runtime import amx; print(amx.state()); print(amx.request())"
     before, after = python(code).splitlines()
     expected = has_amx()
     assert before == repr(AmxState(expected, False))
@@ -45,7 +45,8 @@ def test_the_pth_line_asks_when_site_processes_it(tmp_path):
     (tmp_path / "zenvllm.pth").write_text(f"{SCRIPTS}\n")
     (tmp_path / "zenvllm_amx.pth").write_text(amx.PTH_LINE)
     code = (
-        "import site, sys; site.addsitedir(sys.argv[1]); import zenvllm.amx as a; print(a.AT_START)"
+        "import site, sys; site.addsitedir(sys.argv[1]); "
+        "import zenvllm.runtime.amx as a; print(a.AT_START)"
     )
     done = subprocess.run(
         [sys.executable, "-S", "-c", code, str(tmp_path)], capture_output=True, text=True

@@ -13,11 +13,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zenvllm import bench, bench_check, bench_report, bench_results
-from zenvllm.errors import UserError
-from zenvllm.host import MIB
-from zenvllm.model import Model
-from zenvllm.topology import read_host
+from zenvllm.bench import check, layouts, report, results
+from zenvllm.core.errors import UserError
+from zenvllm.core.host import MIB
+from zenvllm.core.model import Model
+from zenvllm.core.topology import read_host
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 RESULT = FIXTURES / "bench" / "vllm-bench-serve-0.32.0.json"  # a real `vllm bench serve` file
@@ -29,7 +29,7 @@ def host(name: str):
 
 
 def client(tokens=512, duration=1.0, end=100.0, completed=16, ttft=20.0, tpot=4.0):
-    return bench_results.ClientResult(
+    return results.ClientResult(
         completed=completed,
         failed=0,
         input_tokens=tokens,
@@ -53,7 +53,7 @@ def client(tokens=512, duration=1.0, end=100.0, completed=16, ttft=20.0, tpot=4.
     warm=st.integers(0, 20),
 )
 def test_shares_add_up_to_the_workload(prompts, conc, clients, warm):
-    w = replace(bench.FULL, num_prompts=prompts, concurrency=conc, warmup_prompts=warm)
+    w = replace(layouts.FULL, num_prompts=prompts, concurrency=conc, warmup_prompts=warm)
     if clients > min(prompts, conc):
         with pytest.raises(UserError, match=f"{clients} instances need"):
             w.shares(clients)
@@ -72,25 +72,25 @@ def test_workload_check_names_the_limit():
     with pytest.raises(
         UserError, match=r"--input-len 400 \+ --output-len 128 exceeds --max-model-len 512"
     ):
-        replace(bench.FULL, input_len=400).check(512)
+        replace(layouts.FULL, input_len=400).check(512)
     with pytest.raises(UserError, match="--repeats 0"):
-        replace(bench.FULL, repeats=0).check(512)
-    bench.FULL.check(512)
-    bench.QUICK.check(512)
+        replace(layouts.FULL, repeats=0).check(512)
+    layouts.FULL.check(512)
+    layouts.QUICK.check(512)
 
 
 def test_full_workload_is_amds_shape_scaled():
     # AMD: 128 in / 128 out, 1024 prompts at batch 128, i.e. 8 waves.
-    w = bench.FULL
+    w = layouts.FULL
     assert (w.input_len, w.output_len) == (128, 128)
     assert w.num_prompts // w.concurrency == 1024 // 128
     assert w.repeats >= 3 and w.warmup_prompts > 0
-    assert bench.QUICK.repeats == 1 and bench.QUICK.num_prompts < w.num_prompts
+    assert layouts.QUICK.repeats == 1 and layouts.QUICK.num_prompts < w.num_prompts
 
 
 def test_client_args_ask_vllm_for_exactly_the_workload():
-    share = replace(bench.FULL, num_prompts=32, concurrency=4, seed=7)
-    args = bench.client_args("http://127.0.0.1:8402", "/model", share, "/results", "a.json")
+    share = replace(layouts.FULL, num_prompts=32, concurrency=4, seed=7)
+    args = layouts.client_args("http://127.0.0.1:8402", "/model", share, "/results", "a.json")
     opts = dict(zip(args[2::2], args[3::2], strict=False))
     assert args[:2] == ["bench", "serve"]
     assert "--ignore-eos" in args  # every request yields exactly output_len tokens
@@ -102,7 +102,7 @@ def test_client_args_ask_vllm_for_exactly_the_workload():
         ("--num-prompts", "32"),
         ("--max-concurrency", "4"),
         ("--seed", "7"),
-        ("--tokenizer", bench.MODEL_MOUNT),
+        ("--tokenizer", layouts.MODEL_MOUNT),
         ("--dataset-name", "random"),
         ("--result-filename", "a.json"),
     ):
@@ -113,18 +113,18 @@ def test_client_args_ask_vllm_for_exactly_the_workload():
 
 
 def test_parse_configs():
-    assert bench.parse_configs(None, quick=False) == list(bench.SPECS)
-    assert bench.parse_configs(None, quick=True) == list(bench.QUICK_CONFIGS)
-    assert bench.parse_configs("stock, auto,auto", quick=False) == ["stock", "auto"]
+    assert layouts.parse_configs(None, quick=False) == list(layouts.SPECS)
+    assert layouts.parse_configs(None, quick=True) == list(layouts.QUICK_CONFIGS)
+    assert layouts.parse_configs("stock, auto,auto", quick=False) == ["stock", "auto"]
     with pytest.raises(UserError, match="unknown configuration 'fast'; choose from stock"):
-        bench.parse_configs("stock,fast", quick=False)
+        layouts.parse_configs("stock,fast", quick=False)
     with pytest.raises(UserError, match="include 'stock'"):
-        bench.parse_configs("auto", quick=False)
+        layouts.parse_configs("auto", quick=False)
 
 
 def test_two_core_machine_folds_identical_layouts():
-    configs, notes = bench.resolve(
-        list(bench.SPECS), host("test-machine-zen4-2cpu"), TINY, 8401, 512
+    configs, notes = layouts.resolve(
+        list(layouts.SPECS), host("test-machine-zen4-2cpu"), TINY, 8401, 512
     )
     by_name = {c.name: c for c in configs}
     # One node of two cores and a small model: auto is one instance per core, the same
@@ -150,13 +150,15 @@ def test_big_hosts_keep_per_node_and_interleaved_apart():
     eight_gib = Model(
         name="8g", weight_bytes=8 << 30, kv_bytes_per_token=131072, max_model_len=4096
     )
-    configs, _ = bench.resolve(list(bench.SPECS), host("epyc-9654-nps4"), eight_gib, 8401, 512)
+    configs, _ = layouts.resolve(list(layouts.SPECS), host("epyc-9654-nps4"), eight_gib, 8401, 512)
     by_name = {c.name: c for c in configs}
     # 24-core nodes are smaller than the 43 cores 8 GiB wants: auto is one per node.
     assert "per-node" in by_name["auto"].same_as and len(by_name["auto"].servers) == 4
     assert len(by_name["single"].servers) == 1
     # 128 cores, one node: auto cuts 43-core slices; contiguous and interleaved differ.
-    configs, _ = bench.resolve(list(bench.SPECS), host("epyc-9755-1s-nps1"), eight_gib, 8401, 512)
+    configs, _ = layouts.resolve(
+        list(layouts.SPECS), host("epyc-9755-1s-nps1"), eight_gib, 8401, 512
+    )
     by_name = {c.name: c for c in configs}
     assert by_name["single"].same_as == ("per-node",)
     contiguous = [s.cpus for s in by_name["auto"].servers]
@@ -166,34 +168,36 @@ def test_big_hosts_keep_per_node_and_interleaved_apart():
 
 
 def test_zen_is_skipped_with_a_reason_where_the_cpu_cannot_run_it():
-    configs, notes = bench.resolve(list(bench.SPECS), host("vm-milan-8vcpu-avx2"), TINY, 8401, 512)
+    configs, notes = layouts.resolve(
+        list(layouts.SPECS), host("vm-milan-8vcpu-avx2"), TINY, 8401, 512
+    )
     assert not any(c.target == "zen" for c in configs)
     assert any(n.startswith("zen-auto: skipped") and "avx512" in n for n in notes)
 
 
 def test_stock_is_what_vllms_docs_give():
-    (stock, *_), _ = bench.resolve(["stock"], host("test-machine-zen4-2cpu"), TINY, 8401, 512)
-    argv = bench.server_command(stock.servers[0], "img:1", Path("/m"), 512, False, "r1")
+    (stock, *_), _ = layouts.resolve(["stock"], host("test-machine-zen4-2cpu"), TINY, 8401, 512)
+    argv = layouts.server_command(stock.servers[0], "img:1", Path("/m"), 512, False, "r1")
     assert "VLLM_CPU_OMP_THREADS_BIND=auto" in argv
-    assert f"VLLM_CPU_KVCACHE_SPACE={bench.STOCK_KV_GIB}" in argv
+    assert f"VLLM_CPU_KVCACHE_SPACE={layouts.STOCK_KV_GIB}" in argv
     assert not any(a.startswith(("--cpuset", "--memory")) for a in argv)
     assert "--shm-size=4g" in argv
     assert not any(a.startswith("LD_PRELOAD") for a in argv)  # the image's own preload stays
     # vllm itself, not the zenvllm launcher, so no planner touches the stock run.
     assert argv[argv.index("--entrypoint") + 1] == "vllm"
-    assert argv[argv.index("img:1") + 1 :][:2] == ["serve", bench.MODEL_MOUNT]
+    assert argv[argv.index("img:1") + 1 :][:2] == ["serve", layouts.MODEL_MOUNT]
     assert "--enforce-eager" not in argv
 
 
 def test_planned_servers_run_with_the_plans_placement():
-    configs, _ = bench.resolve(["stock", "auto"], host("vm-milan-8vcpu-avx2"), TINY, 8401, 512)
+    configs, _ = layouts.resolve(["stock", "auto"], host("vm-milan-8vcpu-avx2"), TINY, 8401, 512)
     second = configs[1].servers[1]
-    argv = bench.server_command(second, "img:1", Path("/m"), 512, True, "r1")
+    argv = layouts.server_command(second, "img:1", Path("/m"), 512, True, "r1")
     assert "--cpuset-cpus=2" in argv and "--cpuset-mems=0" in argv
     assert "VLLM_CPU_OMP_THREADS_BIND=2" in argv
     assert argv[argv.index("--port") + 1] == "8402"
     assert "--network" in argv and argv[argv.index("--network") + 1] == "host"
-    assert f"{bench.BENCH_LABEL}=r1" in argv
+    assert f"{layouts.BENCH_LABEL}=r1" in argv
     assert argv[-1] == "--enforce-eager"
 
 
@@ -202,7 +206,7 @@ def test_planned_servers_run_with_the_plans_placement():
 
 def test_parse_a_real_result_file():
     data = json.loads(RESULT.read_text())
-    r = bench_results.parse_client_result(data, "x.json", 5.0)
+    r = results.parse_client_result(data, "x.json", 5.0)
     assert (r.completed, r.failed, r.output_tokens) == (16, 0, 512)
     assert r.duration_s == pytest.approx(0.6445, abs=1e-4)
     assert r.output_tokens / r.duration_s == pytest.approx(data["output_throughput"])
@@ -215,24 +219,24 @@ def test_parse_rejects_what_is_not_a_result():
         ValueError,
         match=r"x\.json: not a `vllm bench serve` result, missing duration, median_tpot_ms",
     ):
-        bench_results.parse_client_result(data, "x.json", 0)
+        results.parse_client_result(data, "x.json", 0)
     data = json.loads(RESULT.read_text()) | {"completed": 0}
     with pytest.raises(ValueError, match="no request completed"):
-        bench_results.parse_client_result(data, "x.json", 0)
+        results.parse_client_result(data, "x.json", 0)
 
 
 def test_one_client_run_is_vllms_own_number():
-    run = bench_results.combine("stock", 1, [client(tokens=1000, duration=2.0)], 0.5)
+    run = results.combine("stock", 1, [client(tokens=1000, duration=2.0)], 0.5)
     assert run.output_tok_s == 500.0 and run.window_s == 2.0 and run.clients == 1
 
 
 def test_clients_are_summed_over_their_common_span():
-    aligned = bench_results.combine("auto", 1, [client(512, 1.0, 10.0), client(512, 1.0, 10.0)], 0)
+    aligned = results.combine("auto", 1, [client(512, 1.0, 10.0), client(512, 1.0, 10.0)], 0)
     assert aligned.output_tok_s == 1024.0
     # A client that starts half a second late stretches the span: skew counts against.
-    skewed = bench_results.combine("auto", 1, [client(512, 1.0, 10.0), client(512, 1.0, 10.5)], 0)
+    skewed = results.combine("auto", 1, [client(512, 1.0, 10.0), client(512, 1.0, 10.5)], 0)
     assert skewed.window_s == 1.5 and skewed.output_tok_s == round(1024 / 1.5, 2)
-    mixed = bench_results.combine(
+    mixed = results.combine(
         "auto", 1, [client(completed=1, ttft=10), client(completed=3, ttft=30)], 0
     )
     assert mixed.median_ttft_ms == 25.0  # request-weighted
@@ -240,14 +244,14 @@ def test_clients_are_summed_over_their_common_span():
 
 def runs_of(config, rates):
     return [
-        bench_results.combine(config, i + 1, [client(tokens=int(rate * 10), duration=10.0)], 0.1)
+        results.combine(config, i + 1, [client(tokens=int(rate * 10), duration=10.0)], 0.1)
         for i, rate in enumerate(rates)
     ]
 
 
 def sample_configs():
     # Eight CPUs without SMT: single (1 x 8) and auto (4 x 2) are distinct runs.
-    configs, _ = bench.resolve(
+    configs, _ = layouts.resolve(
         ["stock", "single", "auto"], host("vm-milan-8vcpu-avx2"), TINY, 8401, 512
     )
     return configs
@@ -260,7 +264,7 @@ def test_summary_is_median_and_spread_and_ratio_to_stock():
         + runs_of("single", [300, 310, 290])
         + runs_of("auto", [700, 560, 600])
     )
-    summaries = {s.config: s for s in bench_results.summarize(runs, configs)}
+    summaries = {s.config: s for s in results.summarize(runs, configs)}
     assert (
         summaries["auto"].output_tok_s,
         summaries["auto"].output_min,
@@ -273,14 +277,14 @@ def test_summary_is_median_and_spread_and_ratio_to_stock():
     assert summaries["stock"].ratio == 1.0
     assert summaries["auto"].ratio == 1.5
     assert summaries["single"].ratio == 0.75
-    v = bench_results.verdict(list(summaries.values()), configs)
+    v = results.verdict(list(summaries.values()), configs)
     assert v["meets_acceptance"] and v["planner_is_best_layout"] and v["best_layout"] == "auto"
 
 
 def test_verdict_says_when_the_planner_is_not_best():
     configs = sample_configs()
     runs = runs_of("stock", [400]) + runs_of("single", [500]) + runs_of("auto", [480])
-    v = bench_results.verdict(bench_results.summarize(runs, configs), configs)
+    v = results.verdict(results.summarize(runs, configs), configs)
     assert not v["meets_acceptance"] and not v["planner_is_best_layout"]
     assert v["best_layout"] == "single" and v["planner_ratio"] == 1.2
 
@@ -290,14 +294,14 @@ def result_doc(configs, runs):
         "model": "tiny-llama",
         "host": "test host",
         "cpus": 2,
-        "workload": {**asdict(replace(bench.FULL, repeats=3, num_prompts=1, output_len=1))},
+        "workload": {**asdict(replace(layouts.FULL, repeats=3, num_prompts=1, output_len=1))},
         "load_before": [0.1, 0.1, 0.1],
         "load_after": [0.2, 0.2, 0.2],
         "wall_s": 60.0,
         "notes": ["per-node: identical to single"],
         "failures": [],
     }
-    return bench_results.result_document(meta, configs, {"vllm-openai": "img:1"}, runs)
+    return results.result_document(meta, configs, {"vllm-openai": "img:1"}, runs)
 
 
 def consistent_runs():
@@ -316,11 +320,11 @@ def consistent_runs():
 def test_tables_are_shaped_like_amds():
     configs = sample_configs()
     doc = result_doc(configs, runs_of("stock", [400, 420, 380]) + runs_of("auto", [700, 560, 600]))
-    summaries = [bench_results.Summary(**s) for s in doc["summary"]]
-    amd = bench_report.amd_table(summaries, "tiny-llama").splitlines()
+    summaries = [results.Summary(**s) for s in doc["summary"]]
+    amd = report.amd_table(summaries, "tiny-llama").splitlines()
     assert amd[0] == "| Model | stock | auto | autovsstock |"
     assert amd[2] == "| tiny-llama | 400 | 600 | 1.500 |"
-    text = bench_report.markdown(doc)
+    text = report.markdown(doc)
     assert "| auto | 7 x 1/2 CPUs | 600 | 560-700 |" in text
     assert "1.500x" in text and "acceptance 1.3x: met" in text
 
@@ -328,7 +332,7 @@ def test_tables_are_shaped_like_amds():
 def test_written_outputs_agree_and_pass_the_checker(tmp_path):
     configs = sample_configs()
     doc = result_doc(configs, consistent_runs())
-    written = bench_report.write_outputs(doc, tmp_path)
+    written = report.write_outputs(doc, tmp_path)
     assert {p.name for p in written} == {
         "results.json",
         "runs.csv",
@@ -337,24 +341,24 @@ def test_written_outputs_agree_and_pass_the_checker(tmp_path):
         "throughput.png",
         "latency.png",
     }
-    assert bench_check.check_outputs(tmp_path, ["stock", "single", "auto"]) == []
+    assert check.check_outputs(tmp_path, ["stock", "single", "auto"]) == []
     with (tmp_path / "runs.csv").open() as f:
         rows = list(csv.DictReader(f))
     assert [float(r["output_tok_s"]) for r in rows] == [r["output_tok_s"] for r in doc["runs"]]
-    width, height = bench_check.png_size(tmp_path / "throughput.png")
+    width, height = check.png_size(tmp_path / "throughput.png")
     assert width > 300 and height > 200
 
 
 def test_checker_catches_each_kind_of_inconsistency(tmp_path):
     configs = sample_configs()
     doc = result_doc(configs, consistent_runs())
-    bench_report.write_outputs(doc, tmp_path)
+    report.write_outputs(doc, tmp_path)
 
     def broken(mutate, *expect):
         d = json.loads(json.dumps(doc))
         mutate(d)
         (tmp_path / "results.json").write_text(json.dumps(d))
-        problems = bench_check.check_outputs(tmp_path, ["stock", "single", "auto", "zen-auto"])
+        problems = check.check_outputs(tmp_path, ["stock", "single", "auto", "zen-auto"])
         for text in expect:
             assert any(text in p for p in problems), (text, problems)
 
@@ -369,13 +373,13 @@ def test_checker_catches_each_kind_of_inconsistency(tmp_path):
     broken(lambda d: d["meta"]["failures"].append("zen-auto: died"), "failed: zen-auto: died")
     (tmp_path / "results.json").write_text(json.dumps(doc))
     (tmp_path / "latency.png").write_bytes(b"not a png")
-    assert bench_check.check_outputs(tmp_path) == ["latency.png: missing or not a PNG image (None)"]
+    assert check.check_outputs(tmp_path) == ["latency.png: missing or not a PNG image (None)"]
 
 
 def test_median_helper_matches_statistics():
     configs = sample_configs()
     rates = [512.5, 498.25, 530.0, 505.0]
-    s = bench_results.summarize(runs_of("stock", rates), configs)[0]
+    s = results.summarize(runs_of("stock", rates), configs)[0]
     assert s.output_tok_s == round(statistics.median(rates), 1)
 
 
@@ -385,16 +389,17 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "bench"
 @pytest.mark.skipif(not (DOCS / "results.json").exists(), reason="no recorded full run")
 def test_the_recorded_full_run_is_complete_and_consistent():
     """The full `make bench` run whose table and plots the README shows."""
-    assert bench_check.check_outputs(DOCS, ["stock", "single", "auto"]) == []
+    assert check.check_outputs(DOCS, ["stock", "single", "auto"]) == []
     result = json.loads((DOCS / "results.json").read_text())
     assert result["meta"]["workload"]["repeats"] >= 3
     assert result["meta"]["workload"]["input_len"] == 128
 
 
 def test_the_gateway_touches_only_a_site_and_work_dir_zenvllm_wrote(tmp_path):
-    from zenvllm import bench_gateway, outputs
+    from zenvllm.bench import gateway
+    from zenvllm.image import outputs
 
-    d = bench_gateway.Deployment(
+    d = gateway.Deployment(
         work=tmp_path / ".out.gateway",
         model_dir=tmp_path / "model",
         image="zenvllm/vllm-openai:0.32.0",
@@ -407,12 +412,12 @@ def test_the_gateway_touches_only_a_site_and_work_dir_zenvllm_wrote(tmp_path):
     d.site_dir.mkdir()
     d.site.write_text("server { listen 8491; }\n")  # the operator's own
     with pytest.raises(UserError, match=re.escape(f"{d.site} exists and zenvllm did not")):
-        bench_gateway.check_paths(d)
+        gateway.check_paths(d)
     d.work.mkdir()
     (d.work / "notes.txt").write_text("mine\n")
     with pytest.raises(UserError, match=r"the gateway's work directory .* did not make"):
-        bench_gateway.check_paths(d)
-    bench_gateway.remove_own_files(d)
+        gateway.check_paths(d)
+    gateway.remove_own_files(d)
     assert d.site.read_text() == "server { listen 8491; }\n"
     assert (d.work / "notes.txt").read_text() == "mine\n"
 
@@ -420,6 +425,6 @@ def test_the_gateway_touches_only_a_site_and_work_dir_zenvllm_wrote(tmp_path):
     d.work.rmdir()
     outputs.claim(d.work, "the gateway's work directory")
     d.site.write_text("# managed\n# zenvllm gateway: one endpoint\nupstream x {}\n")
-    bench_gateway.check_paths(d)  # both zenvllm's: accepted
-    bench_gateway.remove_own_files(d)
+    gateway.check_paths(d)  # both zenvllm's: accepted
+    gateway.remove_own_files(d)
     assert not d.site.exists() and not d.work.exists()

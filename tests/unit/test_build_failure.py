@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from zenvllm.build import failed_step, failure_message
+from zenvllm.image.build import failed_step, failure_message
 
 BUILDKIT = """\
 #10 [os 6/6] RUN useradd --system --uid 10001 vllm

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from zenvllm.topology import parse_cpu_list
+from zenvllm.core.topology import parse_cpu_list
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hosts"
 INSTANCE_KEYS = {

@@ -7,11 +7,11 @@ import dataclasses
 
 import pytest
 
-from zenvllm.container import Settings, container_of
-from zenvllm.errors import UserError
-from zenvllm.flavors import synthetic_host
-from zenvllm.model import model_of_size
-from zenvllm.plan import Policy, make_plan
+from zenvllm.core.container import Settings, container_of
+from zenvllm.core.errors import UserError
+from zenvllm.core.flavors import synthetic_host
+from zenvllm.core.model import model_of_size
+from zenvllm.core.plan import Policy, make_plan
 
 
 @pytest.fixture(scope="module")

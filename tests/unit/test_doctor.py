@@ -14,7 +14,8 @@ from conftest import require
 from support.cpu import has_amx
 
 from zenvllm.cli import main
-from zenvllm.doctor import (
+from zenvllm.core.topology import read_host
+from zenvllm.runtime.doctor import (
     FAIL,
     NA,
     NOT_CHECKED,
@@ -28,7 +29,6 @@ from zenvllm.doctor import (
     get_mempolicy_errno,
     probe,
 )
-from zenvllm.topology import read_host
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "hosts"
@@ -220,7 +220,7 @@ def test_zentorch_found_without_importing_it(tmp_path: Path) -> None:
     meta.mkdir()
     (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: zentorch\nVersion: 2.13.0.1\n")
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}:{SCRIPTS}"}
-    code = "from zenvllm.doctor import zentorch_version; print(zentorch_version())"
+    code = "from zenvllm.runtime.doctor import zentorch_version; print(zentorch_version())"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "2.13.0.1"
@@ -230,7 +230,7 @@ def test_doctor_and_reader_need_only_the_standard_library() -> None:
     # -S drops site-packages: any third-party import would fail here.
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); "
-        "import zenvllm.cli, zenvllm.commands_doctor, zenvllm.doctor, zenvllm.topology"
+        "import zenvllm.runtime.commands_doctor, zenvllm.runtime.doctor, zenvllm.core.topology"
     )
     done = subprocess.run(
         [sys.executable, "-S", "-c", code, str(SCRIPTS)], capture_output=True, text=True

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from zenvllm import baseimage, build
-from zenvllm.errors import UserError
+from zenvllm.core.errors import UserError
+from zenvllm.image import baseimage, build
 
 
 def test_buildkit_build_line_uses_host_network_and_the_base_image():

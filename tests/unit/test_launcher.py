@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from support.tiny_model import ensure_tiny_model
 
-from zenvllm import accelerators, launcher
-from zenvllm.errors import UserError
-from zenvllm.topology import read_host
+from zenvllm.core import accelerators
+from zenvllm.core.errors import UserError
+from zenvllm.core.topology import read_host
+from zenvllm.runtime import launcher
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +184,7 @@ def test_platform_line_follows_vllms_rule(zen4, milan, spr):
 def promise_for(host, **change):
     import dataclasses
 
-    from zenvllm import deployed
+    from zenvllm.core import deployed
 
     fields = {"name": "zenvllm-e2e-0", "target": "vllm-openai", "cpus": "0-1", "mems": "0"}
     promise = deployed.Promise(**fields, shm_mib=1024, memory_mib=5120)

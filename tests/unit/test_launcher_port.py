@@ -6,8 +6,8 @@ import socket
 
 import pytest
 
-from zenvllm import launcher
-from zenvllm.errors import UserError
+from zenvllm.core.errors import UserError
+from zenvllm.runtime import launcher
 
 
 @pytest.fixture

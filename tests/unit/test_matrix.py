@@ -4,31 +4,31 @@ from __future__ import annotations
 
 import pytest
 
-from zenvllm import images, matrix
-from zenvllm.errors import ConfigError, UserError
-from zenvllm.targets import TARGETS
+from zenvllm.core.errors import ConfigError, UserError
+from zenvllm.core.targets import TARGETS
+from zenvllm.image import matrix, render
 
 
 @pytest.fixture(scope="module")
 def config() -> dict:
-    return images.load_config()
+    return render.load_config()
 
 
 @pytest.mark.parametrize("target", ["vllm-openai", "zen", "pace"])
 def test_every_target_resolves_with_its_default_pins(config, target):
-    resolved = images.resolve(config, target, {}, None)
+    resolved = render.resolve(config, target, {}, None)
     assert set(resolved.rows) == set(resolved.pins)  # every pin fell in a matrix row
 
 
 def test_pace_keeps_its_own_vllm_pin_inside_pace_vllms_range(config):
-    pace = images.resolve(config, "pace", {}, None)
+    pace = render.resolve(config, "pace", {}, None)
     assert pace.pins["vllm"] == "0.28.0"
-    assert images.resolve(config, "zen", {}, None).pins["vllm"] == "0.32.0"
+    assert render.resolve(config, "zen", {}, None).pins["vllm"] == "0.32.0"
 
 
 def test_zentorch_214_is_refused_naming_the_supported_range(config):
     with pytest.raises(ConfigError) as err:
-        images.resolve(config, "zen", {"zentorch": "2.14.0.1"}, None)
+        render.resolve(config, "zen", {"zentorch": "2.14.0.1"}, None)
     text = str(err.value)
     assert "zentorch 2.14.0.1 needs torch >=2.14.0,<2.15" in text
     assert "torch is pinned to 2.13.0+cpu" in text
@@ -37,26 +37,26 @@ def test_zentorch_214_is_refused_naming_the_supported_range(config):
 
 def test_pace_with_vllm_032_is_refused_with_pace_vllms_range(config):
     with pytest.raises(ConfigError, match=r"needs vllm >=0.25.0,<=0.28.0"):
-        images.resolve(config, "pace", {"vllm": "0.32.0"}, None)
+        render.resolve(config, "pace", {"vllm": "0.32.0"}, None)
 
 
 def test_a_version_outside_every_row_is_refused(config):
     with pytest.raises(ConfigError, match=r"zentorch 9.9 is not in the compatibility matrix"):
-        images.resolve(config, "zen", {"zentorch": "9.9"}, None)
+        render.resolve(config, "zen", {"zentorch": "9.9"}, None)
 
 
 def test_a_malformed_version_names_the_pin(config):
     with pytest.raises(ConfigError, match=r"pin zentorch=latest is not a version"):
-        images.resolve(config, "zen", {"zentorch": "latest"}, None)
+        render.resolve(config, "zen", {"zentorch": "latest"}, None)
 
 
 def test_unknown_and_foreign_pins_are_user_errors(config):
     with pytest.raises(UserError, match=r"unknown pin 'cuda'"):
-        images.resolve(config, "zen", {"cuda": "12"}, None)
+        render.resolve(config, "zen", {"cuda": "12"}, None)
     with pytest.raises(UserError, match=r"target vllm-openai does not contain zentorch"):
-        images.resolve(config, "vllm-openai", {"zentorch": "2.13.0.1"}, None)
+        render.resolve(config, "vllm-openai", {"zentorch": "2.13.0.1"}, None)
     with pytest.raises(UserError, match=r"unknown target 'rocm'"):
-        images.resolve(config, "rocm", {}, None)
+        render.resolve(config, "rocm", {}, None)
 
 
 def test_a_local_version_label_matches_plain_specifiers():
@@ -72,13 +72,13 @@ def test_every_pin_and_every_matrix_row_says_why(config):
 
 def test_image_env_is_what_the_planner_sets_per_target(config):
     for name in config["targets"]:
-        dockerfile = images.render(config, images.Request(name)).files["Dockerfile"]
+        dockerfile = render.render(config, render.Request(name)).files["Dockerfile"]
         for key, value in TARGETS[name].env.items():
             assert f"{key}={value}" in dockerfile, (name, key)
         assert "env" not in config["targets"][name], "tuning env belongs in targets.py"
 
 
 def test_parse_pins_rejects_bad_syntax():
-    assert images.parse_pins(["zentorch=2.13.0.1"]) == {"zentorch": "2.13.0.1"}
+    assert render.parse_pins(["zentorch=2.13.0.1"]) == {"zentorch": "2.13.0.1"}
     with pytest.raises(UserError, match="is not NAME=VERSION"):
-        images.parse_pins(["zentorch"])
+        render.parse_pins(["zentorch"])

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from support.tiny_model import ensure_tiny_model
 
-from zenvllm.errors import UserError
-from zenvllm.model import kv_bytes_per_token, model_of_size, read_model
+from zenvllm.core.errors import UserError
+from zenvllm.core.model import kv_bytes_per_token, model_of_size, read_model
 
 LLAMA_8B = {
     "num_hidden_layers": 32,

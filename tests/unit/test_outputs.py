@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from zenvllm import outputs
-from zenvllm.errors import UserError
+from zenvllm.core.errors import UserError
+from zenvllm.image import outputs
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 ENV = {**os.environ, "PYTHONPATH": str(SCRIPTS)}

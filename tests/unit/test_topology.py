@@ -14,9 +14,9 @@ from conftest import require
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zenvllm.errors import UserError
-from zenvllm.host import GIB, Host
-from zenvllm.topology import (
+from zenvllm.core.errors import UserError
+from zenvllm.core.host import GIB, Host
+from zenvllm.core.topology import (
     format_cpu_list,
     parse_cpu_list,
     parse_cpuinfo,
@@ -336,7 +336,7 @@ def test_real_host_honours_the_process_affinity() -> None:
     first = min(os.sched_getaffinity(0))
     code = (
         f"import os; os.sched_setaffinity(0, {{{first}}}); "
-        "from zenvllm.topology import read_host; print(sorted(read_host().allowed_cpus))"
+        "from zenvllm.core.topology import read_host; print(sorted(read_host().allowed_cpus))"
     )
     scripts = Path(__file__).resolve().parents[2] / "scripts"
     env = {**os.environ, "PYTHONPATH": str(scripts)}

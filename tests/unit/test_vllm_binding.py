@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import pytest
 
-from zenvllm.flavors import PRESETS, synthetic_host
-from zenvllm.host import MIB, Host
-from zenvllm.model import Model
-from zenvllm.plan import Policy, make_plan
+from zenvllm.core.flavors import PRESETS, synthetic_host
+from zenvllm.core.host import MIB, Host
+from zenvllm.core.model import Model
+from zenvllm.core.plan import Policy, make_plan
 
 TINY = Model(name="tiny", weight_bytes=2 * MIB, kv_bytes_per_token=1024, max_model_len=512)
 

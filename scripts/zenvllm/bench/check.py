@@ -1,0 +1,163 @@
+"""Is a bench output directory complete and consistent?
+
+`python -m zenvllm.bench.check DIR [--acceptance]`: every configuration ran
+every repeat with the same workload, the summary and ratios follow from the
+runs, the CSVs and the table say what results.json says, the plots are PNGs.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+from pathlib import Path
+
+from zenvllm.bench.layouts import ACCEPTANCE_RATIO, STOCK
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def png_size(path: Path) -> tuple[int, int] | None:
+    """(width, height) from a PNG's IHDR chunk; None when it is not a PNG."""
+    head = path.read_bytes()[:24] if path.is_file() else b""
+    if len(head) < 24 or head[:8] != PNG_MAGIC or head[12:16] != b"IHDR":
+        return None
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+def same(a: object, b: object) -> bool:
+    """A CSV cell against a JSON value."""
+    if b is None:
+        return a == ""
+    if isinstance(b, float | int) and not isinstance(b, bool):
+        try:
+            return abs(float(a) - float(b)) <= 1e-9 * max(1.0, abs(float(b)))  # type: ignore[arg-type]
+        except ValueError:
+            return False
+    return str(a) == str(b)
+
+
+def check_outputs(out_dir: Path, expect: list[str] | None = None) -> list[str]:
+    """Every way a bench output directory can be incomplete or inconsistent, as messages.
+
+    Empty means: every configuration ran every repeat with the same workload, the
+    summary is the median/min/max of the runs, each ratio is the quotient of the
+    numbers beside it, the CSVs say what the JSON says, the table shows them, and
+    the plots are real PNGs."""
+    problems: list[str] = []
+    try:
+        result = json.loads((out_dir / "results.json").read_text())
+    except (OSError, ValueError) as err:
+        return [f"results.json: {err}"]
+    meta, w = result["meta"], result["meta"]["workload"]
+    names = [c["name"] for c in result["configurations"]]
+    problems += [f"failed: {f}" for f in meta["failures"]]
+    for name in expect or []:
+        folded = any(name in c["same_as"] for c in result["configurations"])
+        if name not in names and not folded:
+            problems.append(f"configuration {name} is missing")
+    runs = result["runs"]
+    summary = {s["config"]: s for s in result["summary"]}
+    for name in names:
+        mine = [r for r in runs if r["config"] == name]
+        if len(mine) != w["repeats"]:
+            problems.append(f"{name}: {len(mine)} runs, expected {w['repeats']} repeats")
+        for r in mine:
+            if r["failed"] or r["completed"] != w["num_prompts"]:
+                problems.append(
+                    f"{name} repeat {r['repeat']}: {r['completed']} completed, "
+                    f"{r['failed']} failed of {w['num_prompts']}"
+                )
+            if r["output_tokens"] != w["num_prompts"] * w["output_len"]:
+                problems.append(
+                    f"{name} repeat {r['repeat']}: {r['output_tokens']} output tokens,"
+                    f" expected {w['num_prompts']} x {w['output_len']}"
+                )
+            rate = r["output_tokens"] / r["window_s"]
+            if abs(rate - r["output_tok_s"]) > 0.01 + 1e-4 * rate:
+                problems.append(
+                    f"{name} repeat {r['repeat']}: output_tok_s {r['output_tok_s']} "
+                    f"is not output_tokens / window_s = {rate:.2f}"
+                )
+        s = summary.get(name)
+        if s is None:
+            problems.append(f"{name}: no summary row")
+            continue
+        out = [r["output_tok_s"] for r in mine]
+        if out and (s["output_tok_s"], s["output_min"], s["output_max"]) != (
+            round(statistics.median(out), 1),
+            round(min(out), 1),
+            round(max(out), 1),
+        ):
+            problems.append(f"{name}: summary {s['output_tok_s']} is not the median of {out}")
+    stock = summary.get(STOCK)
+    if stock is None:
+        problems.append("no stock summary: ratios have no baseline")
+    else:
+        for s in summary.values():
+            want = round(s["output_tok_s"] / stock["output_tok_s"], 3)
+            if s["ratio"] is None or abs(s["ratio"] - want) > 5e-4:
+                problems.append(
+                    f"{s['config']}: ratio {s['ratio']} is not "
+                    f"{s['output_tok_s']} / {stock['output_tok_s']} = {want}"
+                )
+    problems += compare_csv(out_dir / "runs.csv", runs, "runs.csv")
+    problems += compare_csv(out_dir / "summary.csv", result["summary"], "summary.csv")
+    table = (out_dir / "table.md").read_text() if (out_dir / "table.md").is_file() else ""
+    for s in summary.values():
+        for text in (f"| {s['config']}", f"{s['output_tok_s']:g}", f"{s['ratio']:.3f}x"):
+            if s["ratio"] is not None and text not in table:
+                problems.append(f"table.md lacks {text!r} for {s['config']}")
+    for png in ("throughput.png", "latency.png"):
+        size = png_size(out_dir / png)
+        if not size or min(size) < 100:
+            problems.append(f"{png}: missing or not a PNG image ({size})")
+    return problems
+
+
+def compare_csv(path: Path, rows: list[dict], label: str) -> list[str]:
+    try:
+        with path.open(newline="") as f:
+            got = list(csv.DictReader(f))
+    except OSError as err:
+        return [f"{label}: {err}"]
+    if len(got) != len(rows):
+        return [f"{label}: {len(got)} rows, results.json has {len(rows)}"]
+    return [
+        f"{label} row {i + 1} {key}: {g.get(key)!r} but results.json says {want!r}"
+        for i, (g, row) in enumerate(zip(got, rows, strict=True))
+        for key, want in row.items()
+        if not same(g.get(key), want)
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m zenvllm.bench.check DIR [--acceptance]`: check a bench output directory."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m zenvllm.bench.check", description=main.__doc__)
+    parser.add_argument("out", type=Path, help="a `zenvllm bench --out` directory")
+    parser.add_argument(
+        "--acceptance",
+        action="store_true",
+        help=f"also require the planner's layout at >= {ACCEPTANCE_RATIO}x stock",
+    )
+    args = parser.parse_args(argv)
+    problems = check_outputs(args.out)
+    verdict_ = {}
+    if not problems:
+        verdict_ = json.loads((args.out / "results.json").read_text())["verdict"]
+        if args.acceptance and not verdict_["meets_acceptance"]:
+            problems.append(
+                f"the planner's layout ({verdict_['planner']}) made {verdict_['planner_ratio']}x "
+                f"stock output throughput, under the {ACCEPTANCE_RATIO}x acceptance"
+            )
+    for p in problems:
+        print(f"{args.out}: {p}")
+    if not problems:
+        print(f"{args.out}: complete and consistent; planner {verdict_['planner_ratio']}x stock")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,183 @@
+"""`zenvllm bench`: stock vLLM against the planner's layouts, measured by `vllm bench serve`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from zenvllm.bench import gateway, layouts, results, runner
+from zenvllm.bench.gateway import Deployment
+from zenvllm.core.arguments import real, whole
+from zenvllm.core.errors import UserError
+from zenvllm.core.host import GIB
+from zenvllm.core.model import read_model
+from zenvllm.core.topology import read_host
+from zenvllm.image import outputs, render
+from zenvllm.image.engine import DOCKER
+
+DEFAULT_MAX_MODEL_LEN = 512
+
+
+def default_image(target: str) -> str:
+    """The tag `zenvllm build --target T` gives its image."""
+    config = render.load_config()
+    return render.default_tag(config, render.resolve(config, target, {}, None))
+
+
+def image_present(tag: str) -> bool:
+    return DOCKER.ok("image", "inspect", tag, timeout=60)
+
+
+def has_compiler(image: str) -> bool:
+    """vLLM's default (torch.compile) mode needs a C++ compiler on the CPU (Inductor)."""
+    probe = "command -v g++ || command -v c++"
+    return DOCKER.ok("run", "--rm", "--network", "host", "--entrypoint", "sh", image, "-c", probe)
+
+
+def workload_from(args: argparse.Namespace) -> layouts.Workload:
+    base = layouts.QUICK if args.quick else layouts.FULL
+    overrides = {
+        k: getattr(args, k)
+        for k in ("input_len", "output_len", "num_prompts", "concurrency", "repeats")
+        if getattr(args, k) is not None
+    }
+    return replace(base, **overrides)
+
+
+def run(args: argparse.Namespace) -> int:
+    outputs.check_output(args.out, "--out")  # before any work
+    if not args.model.is_dir():
+        raise UserError(f"--model {args.model}: not a directory; give a local model directory")
+    model_dir = args.model.resolve()
+    model = read_model(model_dir)
+    max_len = args.max_model_len or min(DEFAULT_MAX_MODEL_LEN, model.max_model_len or 10**9)
+    workload = workload_from(args)
+    workload.check(max_len)
+    names = layouts.parse_configs(args.configs, args.quick)
+    host = read_host()
+    configs, notes = layouts.resolve(names, host, model, args.base_port, max_len)
+
+    images = {"vllm-openai": args.image or default_image("vllm-openai")}
+    if any(c.target == "zen" for c in configs):
+        images["zen"] = args.zen_image or default_image("zen")
+    for target, tag in images.items():
+        if not image_present(tag):
+            if target == "vllm-openai":
+                raise UserError(
+                    f"image {tag} not found; build it with `make image` (or pass --image TAG)"
+                )
+            notes.append(
+                f"zen configurations skipped: image {tag} not built (make image TARGET=zen)"
+            )
+            configs = [c for c in configs if c.target != "zen"]
+
+    eager = not (workload.enforce_eager or args.compile or has_compiler(images["vllm-openai"]))
+    if eager:
+        workload = replace(workload, enforce_eager=True)
+        notes.append(
+            f"{images['vllm-openai']} has no C++ compiler, which torch.compile needs on the "
+            "CPU: every configuration (stock included) runs with --enforce-eager"
+        )
+    gateway_url, deployment = None, None
+    if any(c.kind == "gateway" for c in configs):
+        if args.gateway == "deploy":
+            serve = ["--dtype", "bfloat16"] + (
+                ["--enforce-eager"] if workload.enforce_eager else []
+            )
+            deployment = Deployment(
+                work=args.out.resolve().parent / f".{args.out.name}.gateway",
+                model_dir=model_dir,
+                image=images["vllm-openai"],
+                port=args.base_port + 90,
+                base_port=args.base_port + 91,
+                serve_args=tuple(serve),
+                max_model_len=max_len,
+            )
+            gateway.check_paths(deployment)  # before any work
+            notes.append(
+                f"gateway: deploy.yml's own deployment (planner auto, nginx on :{deployment.port})"
+            )
+        elif args.gateway:
+            gateway_url = args.gateway
+            notes.append(f"gateway: the running deployment at {gateway_url}")
+        else:
+            notes.append("gateway: skipped; pass --gateway deploy or --gateway URL")
+            configs = [c for c in configs if c.kind != "gateway"]
+
+    for note in notes:
+        runner.say(f"note: {note}")
+    settings = runner.Settings(
+        model_dir=model_dir,
+        model_name=model.name,
+        images=images,
+        workload=workload,
+        max_model_len=max_len,
+        out_dir=args.out.resolve(),  # docker -v needs an absolute path
+        gateway_url=gateway_url,
+        gateway_deploy=deployment,
+        start_timeout_s=args.start_timeout,
+        plots=not args.no_plots,
+        host_label=(
+            f"{host.model_name or 'unknown CPU'}, {len(host.allowed_cpus)} CPUs, "
+            f"{len(host.nodes)} NUMA node(s), {host.mem_total_bytes / GIB:.0f} GiB"
+        ),
+        notes=notes,
+    )
+    if args.dry_run:
+        plan = {
+            "configurations": [results.config_dict(c, images.get(c.target)) for c in configs],
+            "workload": asdict(workload),
+            "notes": notes,
+        }
+        print(json.dumps(plan, indent=2))
+        return 0
+    result, status = runner.run_bench(configs, settings)
+    runner.print_summary(result, args.out)
+    return status
+
+
+positive = whole(1)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "bench",
+        help="benchmark stock vLLM against the planner's layouts (vllm bench serve)",
+        description="Run `vllm bench serve` (from the image) against stock vLLM, the "
+        "planner's layouts and a deploy.yml gateway; write JSON, CSV, a Markdown table "
+        "and PNG plots.",
+    )
+    parser.add_argument("--model", type=Path, required=True, help="local model directory")
+    parser.add_argument("--quick", action="store_true", help="few prompts, one repeat (CI)")
+    parser.add_argument("--configs", help=f"comma list from: {', '.join(layouts.SPECS)}")
+    parser.add_argument("--repeats", type=positive, help="measured runs per configuration")
+    parser.add_argument("--input-len", type=positive, help="random prompt tokens")
+    parser.add_argument("--output-len", type=positive, help="tokens generated per request")
+    parser.add_argument("--num-prompts", type=positive, help="requests per repeat, all clients")
+    parser.add_argument("--concurrency", type=positive, help="requests in flight, all clients")
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="never fall back to --enforce-eager (the image has a C++ compiler)",
+    )
+    parser.add_argument("--max-model-len", type=positive, help="served context length")
+    parser.add_argument("--image", help="vllm-openai image tag (default: what make image builds)")
+    parser.add_argument("--zen-image", help="zen image tag (default: make image TARGET=zen)")
+    parser.add_argument(
+        "--gateway",
+        metavar="deploy|URL",
+        help="measure a gateway too: 'deploy' runs ansible/deploy.yml here for the run "
+        "and takes it down after; a URL measures a running deployment",
+    )
+    parser.add_argument("--base-port", type=positive, default=8401, help="first server port")
+    parser.add_argument("--out", type=Path, default=Path("out/bench"), help="output directory")
+    parser.add_argument(
+        "--start-timeout", type=real(0, example=900), default=900, help="seconds to /health"
+    )
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNGs (no matplotlib)")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the configurations as JSON, run nothing"
+    )
+    parser.set_defaults(func=run)

@@ -1,0 +1,170 @@
+"""Configuration (c): a real `ansible/deploy.yml` deployment on this host, measured at its
+nginx gateway, then taken down again.
+
+The deployment is the product's own: the planner's auto layout, the instances
+role's containers and the gateway role's nginx site, with this run's model,
+image and `vllm serve` arguments, under a deployment name of its own (deploy.yml
+names, labels and prunes containers per deployment, so another deployment on
+the same engine is left alone). Everything it writes goes under one work
+directory, except the nginx site, which gets a name of its own too. Neither may
+be anyone else's: both are checked before the run and removed only when zenvllm
+wrote them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from zenvllm.core.errors import UserError
+from zenvllm.image import outputs
+from zenvllm.image.engine import DOCKER
+
+ANSIBLE_DIR = Path(__file__).resolve().parents[3] / "ansible"
+DEPLOYMENT_PREFIX = "zenvllm-bench-gw"
+# The gateway role's site starts with this header (templates/zenvllm.conf.j2).
+SITE_HEADER = "# zenvllm gateway: "
+
+
+@dataclass(frozen=True)
+class Deployment:
+    work: Path
+    model_dir: Path
+    image: str
+    port: int  # the gateway's
+    base_port: int  # the instances'
+    serve_args: tuple[str, ...]
+    max_model_len: int
+    site_dir: Path = Path("/etc/nginx/conf.d")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def name(self) -> str:
+        """deploy.yml's deployment name: one per gateway port, so runs on other ports coexist."""
+        return f"{DEPLOYMENT_PREFIX}{self.port}"
+
+    @property
+    def site(self) -> Path:
+        return self.site_dir / f"zenvllm-bench-{self.port}.conf"
+
+    def variables(self) -> dict:
+        """deploy.yml's variables: a shared machine, so nothing host-wide is tuned."""
+        etc = self.work / "etc"
+        return {
+            "zenvllm_model_dir": str(self.model_dir),
+            "zenvllm_image": self.image,
+            "zenvllm_docker_host": os.environ.get("DOCKER_HOST", ""),
+            "zenvllm_host_manage_sysctls": False,
+            "zenvllm_host_manage_shm": False,
+            "zenvllm_host_engine_install": False,
+            "zenvllm_instances_deployment": self.name,
+            "zenvllm_instances_count": "auto",
+            "zenvllm_instances_base_port": self.base_port,
+            "zenvllm_instances_max_model_len": self.max_model_len,
+            "zenvllm_instances_serve_args": list(self.serve_args),
+            "zenvllm_instances_config_dir": str(etc),
+            "zenvllm_instances_lib_dir": str(self.work / "lib"),
+            "zenvllm_instances_seccomp_profile": str(etc / "seccomp-numa.json"),
+            "zenvllm_instances_health_delay": 2,
+            "zenvllm_gateway_listen": f"127.0.0.1:{self.port}",
+            "zenvllm_gateway_site_path": str(self.site),
+            "zenvllm_verify_health_delay": 2,
+        }
+
+
+def playbook_command() -> str:
+    exe = Path(sys.executable).parent / "ansible-playbook"
+    found = str(exe) if exe.exists() else shutil.which("ansible-playbook")
+    if not found:
+        raise UserError(
+            "the gateway configuration runs ansible/deploy.yml and needs ansible-playbook; "
+            "install the dev extra (pip install -e '.[dev]') or pass --gateway URL"
+        )
+    return found
+
+
+def site_is_ours(site: Path) -> bool:
+    try:
+        head = site.read_text(errors="replace").splitlines()[:5]
+    except OSError:
+        return False
+    return not site.is_symlink() and any(line.startswith(SITE_HEADER) for line in head)
+
+
+def check_paths(d: Deployment) -> None:
+    """Refuse, before any work, a work directory or nginx site that is not zenvllm's."""
+    outputs.check_output(d.work, "the gateway's work directory")
+    if (d.site.exists() or d.site.is_symlink()) and not site_is_ours(d.site):
+        raise UserError(
+            f"{d.site} exists and zenvllm did not write it (no {SITE_HEADER!r} header); "
+            "move it away, or give --base-port another value (the site is named after "
+            "the gateway's port)"
+        )
+
+
+def deploy(d: Deployment, log: Path, timeout_s: float = 1800) -> None:
+    """Run deploy.yml; raise RuntimeError with its tail when it fails."""
+    check_paths(d)
+    outputs.claim(d.work, "the gateway's work directory")
+    vars_file = d.work / "vars.json"
+    fd = os.open(vars_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        json.dump(d.variables(), out)
+    cache = d.work / "ansible"
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(ANSIBLE_DIR / "ansible.cfg"),
+        "ANSIBLE_HOME": str(cache),
+        "ANSIBLE_LOCAL_TEMP": str(cache / "tmp"),
+        "ANSIBLE_REMOTE_TEMP": str(cache / "remote"),
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    argv = [playbook_command(), "deploy.yml", "-e", f"@{vars_file}"]
+    with log.open("w") as out:
+        try:
+            done = subprocess.run(
+                argv,
+                cwd=ANSIBLE_DIR,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                timeout=timeout_s,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"deploy.yml ran over {timeout_s:.0f} s; see {log}") from None
+    if done.returncode != 0:
+        tail = "\n".join(log.read_text().splitlines()[-25:])
+        raise RuntimeError(f"deploy.yml failed (exit {done.returncode}):\n{tail}")
+
+
+def containers(d: Deployment) -> list[str]:
+    label = f"label=zenvllm.deployment={d.name}"
+    return DOCKER.words("ps", "--all", "--filter", label, "--format", "{{.Names}}")
+
+
+def teardown(d: Deployment, logs: Path | None = None) -> None:
+    """Remove the deployment's containers, its nginx site and work dir; reload nginx."""
+    for name in containers(d):
+        if logs is not None:
+            done = DOCKER.run("logs", name)
+            (logs / f"gateway-{name}.log").write_text(done.stdout + done.stderr)
+        DOCKER.run("rm", "--force", name)
+    remove_own_files(d)
+    if shutil.which("nginx") and Path("/run/nginx.pid").exists():
+        subprocess.run(["nginx", "-s", "reload"], capture_output=True, check=False)
+
+
+def remove_own_files(d: Deployment) -> None:
+    """The site and the work directory, each only if zenvllm wrote it."""
+    if site_is_ours(d.site):
+        d.site.unlink()
+    outputs.remove_owned(d.work)

@@ -1,0 +1,376 @@
+"""The benchmark's pure parts: workload, configurations, vLLM result files, the verdict.
+
+No processes and no network here (`bench_run` is the side-effect edge). The
+numbers come from vLLM's own `vllm bench serve --save-result` files; this
+module only splits the workload over clients and folds clients and repeats
+into one result document. `bench_report` writes it as files, `bench_check`
+checks those files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from zenvllm.core.errors import PlanError, UserError
+from zenvllm.core.host import Host
+from zenvllm.core.model import Model
+from zenvllm.core.plan import Plan, Policy, make_plan, usable_cores
+from zenvllm.core.topology import format_cpu_list, parse_cpu_list
+
+# vLLM's CPU guide, "How to decide VLLM_CPU_KVCACHE_SPACE?": "This value is 4GB by default".
+STOCK_KV_GIB = 4
+# vLLM's CPU guide's `docker run` example.
+STOCK_SHM = "4g"
+# Both the guide's example and ours: lets vLLM bind memory (get_mempolicy, migrate_pages).
+SECURITY_ARGS = ("--cap-add", "SYS_NICE", "--security-opt", "seccomp=unconfined")
+MODEL_MOUNT = "/model"
+STOCK = "stock"
+PLANNER = "auto"  # the configuration that is the planner's own choice
+ACCEPTANCE_RATIO = 1.3  # issue 5: the planner's layout >= 1.3x stock output throughput
+
+
+# -- workload ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What every configuration is asked to do; AMD's is 128 in / 128 out, 1024 prompts,
+    batch 128 (8 waves). Ours keeps the shape (equal in/out, 8 waves) at 1/4 the size:
+    a repeat of the 26 M-parameter bench model takes ~40 s on 2 cores and repeats
+    spread by about +-5% (the 0.2 M test model's spread by +-30%)."""
+
+    input_len: int
+    output_len: int
+    num_prompts: int
+    concurrency: int
+    repeats: int
+    warmup_prompts: int
+    seed: int = 0
+    enforce_eager: bool = False  # --quick only: halves server start-up, same for every config
+
+    def check(self, max_model_len: int) -> None:
+        for name in ("input_len", "output_len", "num_prompts", "concurrency", "repeats"):
+            if getattr(self, name) < 1:
+                raise UserError(f"--{name.replace('_', '-')} {getattr(self, name)}: give 1 or more")
+        if self.warmup_prompts < 0:
+            raise UserError(f"warm-up prompts {self.warmup_prompts}: give 0 or more")
+        if self.input_len + self.output_len > max_model_len:
+            raise UserError(
+                f"--input-len {self.input_len} + --output-len {self.output_len} exceeds "
+                f"--max-model-len {max_model_len}; shorten them or raise --max-model-len"
+            )
+
+    def shares(self, clients: int) -> list[Workload]:
+        """One client per instance: prompts and concurrency split as evenly as they go."""
+        if clients > min(self.num_prompts, self.concurrency):
+            raise UserError(
+                f"{clients} instances need at least {clients} prompts and a concurrency of "
+                f"{clients} (one client each); got --num-prompts {self.num_prompts}, "
+                f"--concurrency {self.concurrency}"
+            )
+        return [
+            replace(
+                self,
+                num_prompts=split(self.num_prompts, clients)[i],
+                concurrency=split(self.concurrency, clients)[i],
+                warmup_prompts=split(self.warmup_prompts, clients)[i],
+                seed=self.seed + i,  # distinct prompts per client, as one client would send
+            )
+            for i in range(clients)
+        ]
+
+
+def split(total: int, parts: int) -> list[int]:
+    size, extra = divmod(total, parts)
+    return [size + (1 if i < extra else 0) for i in range(parts)]
+
+
+FULL = Workload(
+    input_len=128, output_len=128, num_prompts=256, concurrency=32, repeats=3, warmup_prompts=32
+)
+QUICK = Workload(
+    input_len=32,
+    output_len=32,
+    num_prompts=16,
+    concurrency=4,
+    repeats=1,
+    warmup_prompts=4,
+    enforce_eager=True,
+)
+
+
+def client_args(
+    base_url: str, model: str, share: Workload, result_dir: str, result_name: str
+) -> list[str]:
+    """`vllm bench serve` arguments for one client; --ignore-eos makes every request
+    produce exactly output_len tokens, so configurations do the same work."""
+    return [
+        "bench",
+        "serve",
+        "--backend",
+        "openai",
+        "--base-url",
+        base_url,
+        "--model",
+        model,
+        "--tokenizer",
+        MODEL_MOUNT,
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(share.input_len),
+        "--random-output-len",
+        str(share.output_len),
+        "--num-prompts",
+        str(share.num_prompts),
+        "--max-concurrency",
+        str(share.concurrency),
+        "--request-rate",
+        "inf",
+        "--ignore-eos",
+        "--seed",
+        str(share.seed),
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+        "--disable-tqdm",
+        "--save-result",
+        "--result-dir",
+        result_dir,
+        "--result-filename",
+        result_name,
+    ]
+
+
+# -- configurations ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A configuration before it meets the host."""
+
+    name: str
+    kind: str  # stock | plan | gateway
+    summary: str
+    target: str = "vllm-openai"
+    instances: int | str | None = None  # plan: None auto, N, "per-node" or "two-per-node"
+    layout: str = "contiguous"
+
+
+CATALOGUE = (
+    Spec(STOCK, "stock", "vLLM's docs: one container, all CPUs, default env, auto binding"),
+    # The planner's own choice comes first, so layouts identical to it fold into it.
+    Spec(PLANNER, "plan", "planner's auto layout (contiguous cores)"),
+    Spec("single", "plan", "planner: one instance on all cores", instances=1),
+    Spec("per-node", "plan", "planner: one instance per NUMA node", instances="per-node"),
+    Spec("two-per-node", "plan", "planner: two instances per NUMA node", instances="two-per-node"),
+    Spec(
+        "auto-interleaved",
+        "plan",
+        "planner's auto instance count, interleaved cores",
+        layout="interleaved",
+    ),
+    Spec("zen-auto", "plan", "zen image, the planner's auto layout", target="zen"),
+    Spec("zen-single", "plan", "zen image, one instance on all cores", target="zen", instances=1),
+    Spec("gateway", "gateway", "deploy.yml's nginx gateway over the planned instances"),
+)
+SPECS = {s.name: s for s in CATALOGUE}
+QUICK_CONFIGS = (STOCK, PLANNER, "gateway")
+
+
+@dataclass(frozen=True)
+class Server:
+    """One vLLM container of a configuration."""
+
+    name: str
+    port: int
+    cpus: str  # the container's cpuset, "all" when unrestricted
+    omp_bind: str  # VLLM_CPU_OMP_THREADS_BIND
+    mems: str
+    kv_cache_gib: int
+    env: dict[str, str]
+    docker_args: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Configuration:
+    name: str
+    kind: str
+    summary: str
+    target: str
+    servers: tuple[Server, ...] = ()
+    same_as: tuple[str, ...] = ()  # catalogue entries identical to this one on this host
+
+    @property
+    def shape(self) -> str:
+        """'2 x 1 core' style description of the instances."""
+        if self.kind == "gateway":
+            return "gateway"
+        if self.kind == "stock":
+            return "1 x all CPUs"
+        sizes = sorted({len(cpu_ids(s.cpus)) for s in self.servers})
+        cores = "/".join(str(n) for n in sizes)
+        return f"{len(self.servers)} x {cores} CPU{'s' if sizes != [1] else ''}"
+
+    def signature(self) -> tuple:
+        """What makes two configurations the same run: image and every container's placement."""
+        return (
+            self.kind,
+            self.target,
+            tuple(
+                sorted(
+                    (s.cpus, s.omp_bind, s.mems, s.kv_cache_gib, tuple(sorted(s.env.items())))
+                    for s in self.servers
+                )
+            ),
+        )
+
+
+def cpu_ids(text: str) -> list[int]:
+    return list(parse_cpu_list(text)) if text != "all" else []
+
+
+def parse_configs(text: str | None, quick: bool) -> list[str]:
+    if not text:
+        return list(QUICK_CONFIGS if quick else SPECS)
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SPECS]
+    if unknown:
+        raise UserError(
+            f"--configs: unknown configuration {unknown[0]!r}; choose from {', '.join(SPECS)}"
+        )
+    if STOCK not in names:
+        raise UserError(f"--configs {text}: include {STOCK!r}, the baseline every ratio divides by")
+    return list(dict.fromkeys(names))
+
+
+def stock_server(port: int) -> Server:
+    env = {"VLLM_CPU_KVCACHE_SPACE": str(STOCK_KV_GIB), "VLLM_CPU_OMP_THREADS_BIND": "auto"}
+    return Server(
+        name=f"zenvllm-bench-stock-{port}",  # the port keeps concurrent runs apart
+        port=port,
+        cpus="all",
+        omp_bind="auto",
+        mems="all",
+        kv_cache_gib=STOCK_KV_GIB,
+        env=env,
+        docker_args=(f"--shm-size={STOCK_SHM}",),
+    )
+
+
+def servers_of(plan: Plan, prefix: str) -> tuple[Server, ...]:
+    return tuple(
+        Server(
+            name=f"{prefix}-{i.port}",
+            port=i.port,
+            cpus=format_cpu_list(i.cpus),
+            omp_bind=i.omp_threads_bind,
+            mems=format_cpu_list(i.mems),
+            kv_cache_gib=i.kv_cache_gib,
+            env=dict(i.env),
+            docker_args=tuple(i.docker_args),
+        )
+        for i in plan.instances
+    )
+
+
+def policy_of(spec: Spec, host: Host, base_port: int, max_model_len: int) -> Policy:
+    instances = spec.instances
+    if instances in ("per-node", "two-per-node"):
+        nodes = len(usable_cores(host))  # the nodes the planner can place on
+        instances = nodes * (2 if instances == "two-per-node" else 1)
+    return Policy(
+        instances=instances,  # type: ignore[arg-type]
+        target=spec.target,
+        layout=spec.layout,
+        base_port=base_port,
+        max_model_len=max_model_len,
+    )
+
+
+def resolve(
+    names: list[str], host: Host, model: Model, base_port: int, max_model_len: int
+) -> tuple[list[Configuration], list[str]]:
+    """Catalogue names -> runnable configurations on this host, duplicates folded.
+
+    Returns the configurations and notes (what was folded or skipped, and why)."""
+    configs: list[Configuration] = []
+    notes: list[str] = []
+    for name in sorted(names, key=list(SPECS).index):  # the planner's own first
+        spec = SPECS[name]
+        if spec.kind == "stock":
+            config = Configuration(
+                name, spec.kind, spec.summary, spec.target, (stock_server(base_port),)
+            )
+        elif spec.kind == "gateway":
+            config = Configuration(name, spec.kind, spec.summary, spec.target)
+        else:
+            try:
+                plan = make_plan(host, model, policy_of(spec, host, base_port, max_model_len))
+            except PlanError as err:
+                notes.append(f"{name}: skipped on this host: {err}")
+                continue
+            config = Configuration(
+                name, spec.kind, spec.summary, spec.target, servers_of(plan, "zenvllm-bench")
+            )
+        twin = next(
+            (c for c in configs if c.kind != "gateway" and c.signature() == config.signature()),
+            None,
+        )
+        if twin is not None and config.kind != "gateway":
+            configs[configs.index(twin)] = replace(twin, same_as=(*twin.same_as, name))
+            notes.append(
+                f"{name}: identical to {twin.name} on this host ({twin.shape}, "
+                f"cpusets {', '.join(s.cpus for s in twin.servers)}); measured once"
+            )
+            continue
+        configs.append(config)
+    return configs, notes
+
+
+# -- container commands (argv only; bench_run executes them) --------------------
+
+BENCH_LABEL = "io.zenvllm.bench"
+
+
+def server_command(
+    server: Server, image: str, model_dir: Path, max_model_len: int, eager: bool, run_id: str
+) -> list[str]:
+    """`docker run` argv for one server. `--entrypoint vllm` bypasses the image's launcher,
+    so every configuration, stock included, gets exactly the env written here."""
+    argv = ["run", "-d", "--name", server.name, "--label", f"{BENCH_LABEL}={run_id}"]
+    argv += ["--network", "host", *SECURITY_ARGS, *server.docker_args]
+    argv += ["-v", f"{model_dir}:{MODEL_MOUNT}:ro"]
+    for key, value in sorted({**server.env, "HF_HUB_OFFLINE": "1"}.items()):
+        argv += ["-e", f"{key}={value}"]
+    argv += ["--entrypoint", "vllm", image, "serve", MODEL_MOUNT, "--dtype", "bfloat16"]
+    argv += ["--max-model-len", str(max_model_len), "--host", "127.0.0.1"]
+    argv += ["--port", str(server.port)]
+    return argv + (["--enforce-eager"] if eager else [])
+
+
+def client_command(
+    name: str, image: str, model_dir: Path, result_dir: Path, run_id: str, args: list[str]
+) -> list[str]:
+    """`docker run` argv for one `vllm bench serve` client, from the image itself, so the
+    host needs no vLLM. Clients are not pinned: they float like any client on the host."""
+    return [
+        "run",
+        "--rm",
+        "--name",
+        name,
+        "--label",
+        f"{BENCH_LABEL}={run_id}",
+        "--network",
+        "host",
+        "-e",
+        "HF_HUB_OFFLINE=1",
+        "-v",
+        f"{model_dir}:{MODEL_MOUNT}:ro",
+        "-v",
+        f"{result_dir}:/results",
+        "--entrypoint",
+        "vllm",
+        image,
+        *args,
+    ]

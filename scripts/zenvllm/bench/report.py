@@ -1,0 +1,188 @@
+"""A bench result document as files: JSON, CSV, a Markdown table shaped like
+AMD's ZenDNN table, and PNG plots (matplotlib is imported only when plotting)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import asdict, fields
+from pathlib import Path
+
+from zenvllm.bench.layouts import ACCEPTANCE_RATIO, PLANNER, STOCK, Configuration
+from zenvllm.bench.results import Run, Summary, configs_from_dicts
+from zenvllm.core.errors import UserError
+
+# -- writers -----------------------------------------------------------------
+
+
+def runs_csv(runs: list[Run]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=[f.name for f in fields(Run)], lineterminator="\n")
+    writer.writeheader()
+    for r in runs:
+        writer.writerow(asdict(r))
+    return buf.getvalue()
+
+
+def summary_csv(summaries: list[Summary]) -> str:
+    buf = io.StringIO()
+    names = [f.name for f in fields(Summary)]
+    writer = csv.DictWriter(buf, fieldnames=names, lineterminator="\n")
+    writer.writeheader()
+    for s in summaries:
+        row = asdict(s)
+        row["ratio"] = "" if s.ratio is None else s.ratio
+        writer.writerow(row)
+    return buf.getvalue()
+
+
+def amd_table(summaries: list[Summary], model: str) -> str:
+    """AMD's ZenDNN table: a row per model, output tok/s per configuration, then the
+    ratio of the planner's layout to the baseline."""
+    names = [s.config for s in summaries]
+    planner = next((s for s in summaries if s.config == PLANNER), None)
+    head = ["Model", *names, f"{PLANNER}vs{STOCK}"]
+    row = [model, *(f"{s.output_tok_s:g}" for s in summaries)]
+    row.append(f"{planner.ratio:.3f}" if planner and planner.ratio is not None else "n/a")
+    return "\n".join(
+        ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), "| " + " | ".join(row) + " |"]
+    )
+
+
+def detail_table(summaries: list[Summary], configs: list[Configuration]) -> str:
+    by_name = {c.name: c for c in configs}
+    lines = [
+        "| configuration | instances | output tok/s (median) | min-max | total tok/s "
+        "| TTFT ms | TPOT ms | vs stock |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for s in summaries:
+        config = by_name[s.config]
+        name = s.config + (f" (= {', '.join(config.same_as)})" if config.same_as else "")
+        ratio = f"{s.ratio:.3f}x" if s.ratio is not None else "n/a"
+        lines.append(
+            f"| {name} | {s.shape} | {s.output_tok_s:g} | {s.output_min:g}-{s.output_max:g} "
+            f"| {s.total_tok_s:g} | {s.ttft_ms:g} | {s.tpot_ms:g} | {ratio} |"
+        )
+    return "\n".join(lines)
+
+
+def markdown(result: dict) -> str:
+    meta = result["meta"]
+    summaries = [Summary(**s) for s in result["summary"]]
+    configs = configs_from_dicts(result["configurations"])
+    w = meta["workload"]
+    v = result["verdict"]
+    parts = [
+        f"# zenvllm bench: {meta['model']} on {meta['host']}",
+        "",
+        amd_table(summaries, meta["model"]),
+        "",
+        detail_table(summaries, configs),
+        "",
+        f"Workload: random {w['input_len']} in / {w['output_len']} out tokens, "
+        f"{w['num_prompts']} prompts at concurrency {w['concurrency']} per configuration "
+        f"(split over one client per instance), {w['warmup_prompts']} warm-up prompts "
+        f"excluded, {w['repeats']} repeat(s); median with min-max over repeats.",
+        f"Load average: {meta['load_before']} before, {meta['load_after']} after "
+        f"({meta['cpus']} CPUs); wall time {meta['wall_s']:.0f} s.",
+        f"Planner ({v['planner']}): {v['planner_ratio']}x stock "
+        f"(acceptance {v['acceptance_ratio']}x: {'met' if v['meets_acceptance'] else 'NOT met'});"
+        f" best layout of its image: {v['best_layout']}; best overall: {v['best_overall']}.",
+    ]
+    parts += [f"- {n}" for n in meta.get("notes", [])]
+    return "\n".join(parts) + "\n"
+
+
+# -- plots -------------------------------------------------------------------
+
+
+def plot(result: dict, out_dir: Path) -> list[Path]:
+    """throughput.png (median bars, min-max whiskers, the 1.3x line) and latency.png."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as err:
+        raise UserError(
+            f"plots need matplotlib ({err}); pip install 'zenvllm[bench]' or pass --no-plots"
+        ) from None
+
+    summaries = [Summary(**s) for s in result["summary"]]
+    names = [s.config for s in summaries]
+    colors = ["#7f7f7f" if n == STOCK else "#d62728" if n == PLANNER else "#1f77b4" for n in names]
+    title = f"{result['meta']['model']} on {result['meta']['host']}"
+
+    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(names)), 4.5))
+    med = [s.output_tok_s for s in summaries]
+    err = [
+        [m - s.output_min for m, s in zip(med, summaries, strict=True)],
+        [s.output_max - m for m, s in zip(med, summaries, strict=True)],
+    ]
+    ax.bar(names, med, yerr=err, capsize=4, color=colors)
+    for i, s in enumerate(summaries):
+        if s.ratio is not None:
+            ax.annotate(
+                f"{s.ratio:.2f}x",
+                (i, s.output_max),
+                ha="center",
+                va="bottom",
+                xytext=(0, 3),
+                textcoords="offset points",
+            )
+    stock = next((s for s in summaries if s.config == STOCK), None)
+    if stock:
+        ax.axhline(
+            stock.output_tok_s * ACCEPTANCE_RATIO,
+            ls="--",
+            color="#2ca02c",
+            lw=1,
+            label=f"{ACCEPTANCE_RATIO}x stock",
+        )
+        ax.legend(loc="lower right")
+    ax.set_ylabel("output tokens/s (median, min-max)")
+    ax.set_ylim(0, max(s.output_max for s in summaries) * 1.12)  # room for the ratios
+    ax.set_title(f"Output throughput\n{title}", fontsize=10)
+    ax.tick_params(axis="x", rotation=20)
+    fig.tight_layout()
+    paths = [out_dir / "throughput.png"]
+    fig.savefig(paths[0], dpi=110)
+    plt.close(fig)
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(max(8, 2 * len(names)), 4.2))
+    for ax, key, label in ((left, "ttft", "TTFT ms"), (right, "tpot", "TPOT ms")):
+        mid = [getattr(s, f"{key}_ms") for s in summaries]
+        lo = [m - getattr(s, f"{key}_min") for m, s in zip(mid, summaries, strict=True)]
+        hi = [getattr(s, f"{key}_max") - m for m, s in zip(mid, summaries, strict=True)]
+        ax.bar(names, mid, yerr=[lo, hi], capsize=4, color=colors)
+        ax.set_ylabel(f"{label} (median of per-run medians)")
+        ax.set_title(label)
+        ax.tick_params(axis="x", rotation=30)
+    fig.suptitle(f"Latency: {title}", fontsize=10)
+    fig.tight_layout()
+    paths.append(out_dir / "latency.png")
+    fig.savefig(paths[1], dpi=110)
+    plt.close(fig)
+    return paths
+
+
+def write_outputs(result: dict, out_dir: Path, plots: bool = True) -> list[Path]:
+    """results.json, runs.csv, summary.csv, table.md and the PNGs into out_dir."""
+    runs = [Run(**r) for r in result["runs"]]
+    summaries = [Summary(**s) for s in result["summary"]]
+    files = {
+        "results.json": json.dumps(result, indent=2) + "\n",
+        "runs.csv": runs_csv(runs),
+        "summary.csv": summary_csv(summaries),
+        "table.md": markdown(result),
+    }
+    written = []
+    for name, text in files.items():
+        path = out_dir / name
+        path.write_text(text)
+        written.append(path)
+    if plots and summaries:
+        written += plot(result, out_dir)
+    return written

@@ -1,0 +1,245 @@
+"""The benchmark's results, pure: vLLM's result files read, clients and repeats folded
+into runs and summaries, the verdict, and the result document that `bench_report`
+writes and `bench_check` checks.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, replace
+
+from zenvllm.bench.layouts import ACCEPTANCE_RATIO, PLANNER, STOCK, Configuration, Server
+
+# -- results -----------------------------------------------------------------
+
+# The fields of vLLM's --save-result JSON this harness reads.
+RESULT_KEYS = (
+    "completed",
+    "total_input_tokens",
+    "total_output_tokens",
+    "duration",
+    "mean_ttft_ms",
+    "median_ttft_ms",
+    "mean_tpot_ms",
+    "median_tpot_ms",
+)
+
+
+@dataclass(frozen=True)
+class ClientResult:
+    """One `vllm bench serve` result file."""
+
+    completed: int
+    failed: int
+    input_tokens: int
+    output_tokens: int
+    duration_s: float
+    mean_ttft_ms: float
+    median_ttft_ms: float
+    mean_tpot_ms: float
+    median_tpot_ms: float
+    finished_at: float  # epoch seconds the file was written: the end of the measurement
+
+
+def parse_client_result(data: dict, source: str, finished_at: float) -> ClientResult:
+    missing = [k for k in RESULT_KEYS if k not in data]
+    if missing:
+        raise ValueError(f"{source}: not a `vllm bench serve` result, missing {', '.join(missing)}")
+    completed = int(data["completed"])
+    failed = int(data.get("failed", len([e for e in data.get("errors", []) if e])))
+    if completed < 1 or float(data["duration"]) <= 0:
+        raise ValueError(f"{source}: no request completed (completed={completed})")
+    return ClientResult(
+        completed=completed,
+        failed=failed,
+        input_tokens=int(data["total_input_tokens"]),
+        output_tokens=int(data["total_output_tokens"]),
+        duration_s=float(data["duration"]),
+        mean_ttft_ms=float(data["mean_ttft_ms"]),
+        median_ttft_ms=float(data["median_ttft_ms"]),
+        mean_tpot_ms=float(data["mean_tpot_ms"]),
+        median_tpot_ms=float(data["median_tpot_ms"]),
+        finished_at=finished_at,
+    )
+
+
+@dataclass(frozen=True)
+class Run:
+    """One measured repeat of one configuration, every client folded in."""
+
+    config: str
+    repeat: int
+    clients: int
+    completed: int
+    failed: int
+    input_tokens: int
+    output_tokens: int
+    window_s: float
+    output_tok_s: float
+    total_tok_s: float
+    request_s: float
+    mean_ttft_ms: float
+    median_ttft_ms: float
+    mean_tpot_ms: float
+    median_tpot_ms: float
+    load_1m: float  # load average just before the repeat: how quiet the machine was
+
+
+def weighted(values: list[float], weights: list[int]) -> float:
+    return sum(v * w for v, w in zip(values, weights, strict=True)) / sum(weights)
+
+
+def combine(config: str, repeat: int, results: list[ClientResult], load_1m: float) -> Run:
+    """Clients of a multi-instance run -> one run. Throughput is all tokens over the span
+    from the first client's start to the last one's end, so start-up skew between clients
+    counts against the multi-instance layout, never for it. Latencies are the
+    request-weighted means of each client's figure."""
+    if not results:
+        raise ValueError(f"{config} repeat {repeat}: no client results")
+    start = min(r.finished_at - r.duration_s for r in results)
+    # Rounded before use, so every rate in the file is the quotient of numbers in the file.
+    window = round(max(r.finished_at for r in results) - start, 4)
+    out = sum(r.output_tokens for r in results)
+    inp = sum(r.input_tokens for r in results)
+    done = [r.completed for r in results]
+    return Run(
+        config=config,
+        repeat=repeat,
+        clients=len(results),
+        completed=sum(done),
+        failed=sum(r.failed for r in results),
+        input_tokens=inp,
+        output_tokens=out,
+        window_s=window,
+        output_tok_s=round(out / window, 2),
+        total_tok_s=round((out + inp) / window, 2),
+        request_s=round(sum(done) / window, 3),
+        mean_ttft_ms=round(weighted([r.mean_ttft_ms for r in results], done), 2),
+        median_ttft_ms=round(weighted([r.median_ttft_ms for r in results], done), 2),
+        mean_tpot_ms=round(weighted([r.mean_tpot_ms for r in results], done), 3),
+        median_tpot_ms=round(weighted([r.median_tpot_ms for r in results], done), 3),
+        load_1m=round(load_1m, 2),
+    )
+
+
+@dataclass(frozen=True)
+class Summary:
+    """A configuration over its repeats: medians, and min/max as the spread."""
+
+    config: str
+    shape: str
+    repeats: int
+    output_tok_s: float
+    output_min: float
+    output_max: float
+    total_tok_s: float
+    ttft_ms: float
+    ttft_min: float
+    ttft_max: float
+    tpot_ms: float
+    tpot_min: float
+    tpot_max: float
+    ratio: float | None  # output_tok_s / stock's output_tok_s (both as written)
+
+
+def summarize(runs: list[Run], configs: list[Configuration]) -> list[Summary]:
+    summaries = []
+    for config in configs:
+        mine = [r for r in runs if r.config == config.name]
+        if not mine:
+            continue
+        out = [r.output_tok_s for r in mine]
+        ttft = [r.median_ttft_ms for r in mine]
+        tpot = [r.median_tpot_ms for r in mine]
+        summaries.append(
+            Summary(
+                config=config.name,
+                shape=config.shape,
+                repeats=len(mine),
+                output_tok_s=round(statistics.median(out), 1),
+                output_min=round(min(out), 1),
+                output_max=round(max(out), 1),
+                total_tok_s=round(statistics.median(r.total_tok_s for r in mine), 1),
+                ttft_ms=round(statistics.median(ttft), 2),
+                ttft_min=round(min(ttft), 2),
+                ttft_max=round(max(ttft), 2),
+                tpot_ms=round(statistics.median(tpot), 3),
+                tpot_min=round(min(tpot), 3),
+                tpot_max=round(max(tpot), 3),
+                ratio=None,
+            )
+        )
+    stock = next((s for s in summaries if s.config == STOCK), None)
+    if stock is None or stock.output_tok_s <= 0:
+        return summaries
+    return [replace(s, ratio=round(s.output_tok_s / stock.output_tok_s, 3)) for s in summaries]
+
+
+def verdict(summaries: list[Summary], configs: list[Configuration]) -> dict:
+    """Does the planner's auto layout reach the acceptance ratio, and is it the best
+    layout of its image the sweep found?"""
+    by_name = {s.config: s for s in summaries}
+    kinds = {c.name: c for c in configs}
+    planner = by_name.get(PLANNER)
+    same_image = (
+        [
+            s
+            for s in summaries
+            if kinds[s.config].kind == "plan" and kinds[s.config].target == kinds[PLANNER].target
+        ]
+        if planner
+        else []
+    )
+    best = max(same_image, key=lambda s: s.output_tok_s, default=None)
+    overall = max(summaries, key=lambda s: s.output_tok_s, default=None)
+    return {
+        "planner": PLANNER,
+        "planner_ratio": planner.ratio if planner else None,
+        "acceptance_ratio": ACCEPTANCE_RATIO,
+        "meets_acceptance": bool(planner and planner.ratio and planner.ratio >= ACCEPTANCE_RATIO),
+        "best_layout": best.config if best else None,
+        "planner_is_best_layout": bool(best and planner and best.config == PLANNER),
+        "best_overall": overall.config if overall else None,
+    }
+
+
+# -- the result document -----------------------------------------------------
+
+
+def configs_from_dicts(items: list[dict]) -> list[Configuration]:
+    out = []
+    for d in items:
+        servers = tuple(
+            Server(**{**s, "docker_args": tuple(s["docker_args"])}) for s in d["servers"]
+        )
+        out.append(
+            Configuration(
+                name=d["name"],
+                kind=d["kind"],
+                summary=d["summary"],
+                target=d["target"],
+                servers=servers,
+                same_as=tuple(d["same_as"]),
+            )
+        )
+    return out
+
+
+def config_dict(config: Configuration, image: str | None) -> dict:
+    d = asdict(config)
+    d["shape"] = config.shape
+    d["image"] = image
+    return d
+
+
+def result_document(
+    meta: dict, configs: list[Configuration], images: dict[str, str], runs: list[Run]
+) -> dict:
+    summaries = summarize(runs, configs)
+    return {
+        "meta": meta,
+        "configurations": [config_dict(c, images.get(c.target)) for c in configs],
+        "runs": [asdict(r) for r in runs],
+        "summary": [asdict(s) for s in summaries],
+        "verdict": verdict(summaries, configs),
+    }

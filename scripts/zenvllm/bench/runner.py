@@ -1,0 +1,334 @@
+"""The benchmark's side-effect edge: containers up, /health, clients, results, clean-up.
+
+Every container it starts carries the label `io.zenvllm.bench=<run id>` and is
+removed on the way out, whatever happens (errors, Ctrl-C, SIGTERM). Outputs
+are written to a staging directory beside `--out` and renamed into place, so
+an interrupted run never leaves a half-written result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from zenvllm.bench import gateway, layouts, report, results
+from zenvllm.bench.gateway import Deployment
+from zenvllm.bench.layouts import Configuration, Workload
+from zenvllm.bench.results import Run
+from zenvllm.core.errors import UserError
+from zenvllm.image import outputs
+from zenvllm.image.engine import DOCKER
+from zenvllm.runtime.health import healthy
+
+SHM_LEFTOVERS = Path("/dev/shm")
+TMP_LEFTOVERS = Path("/tmp")
+
+
+@dataclass
+class Settings:
+    model_dir: Path
+    model_name: str
+    images: dict[str, str]  # target -> image tag
+    workload: Workload
+    max_model_len: int
+    out_dir: Path
+    gateway_url: str | None = None  # an existing deployment's gateway
+    gateway_deploy: Deployment | None = None  # or one deploy.yml makes for this run
+    start_timeout_s: float = 900.0
+    client_timeout_s: float = 1800.0
+    plots: bool = True
+    host_label: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+def say(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def get_json(url: str, timeout: float = 5) -> object:
+    with urllib.request.urlopen(url, timeout=timeout) as reply:
+        return json.loads(reply.read() or b"null")
+
+
+def logs_tail(name: str, lines: int = 25) -> str:
+    done = DOCKER.run("logs", "--tail", str(lines), name)
+    return (done.stdout + done.stderr).strip()
+
+
+# vLLM's API server can outlive a dead engine core and never answer /health.
+ENGINE_FAILED = "Engine core initialization failed"
+
+
+def wait_ready(names_ports: list[tuple[str, int]], timeout_s: float) -> float:
+    """Poll /health until every server answers; fail fast when a container or its
+    engine dies."""
+    start = time.monotonic()
+    pending = dict(names_ports)
+    while pending:
+        for name, port in list(pending.items()):
+            if healthy(port):
+                del pending[name]
+                continue
+            state = DOCKER.run("inspect", "-f", "{{.State.Status}}", name).stdout.strip()
+            if state != "running":
+                raise RuntimeError(f"{name} stopped ({state or 'gone'}):\n{logs_tail(name)}")
+            if ENGINE_FAILED in logs_tail(name, 200):
+                raise RuntimeError(f"{name}: vLLM's engine failed to start:\n{logs_tail(name)}")
+        if not pending:
+            break
+        if time.monotonic() - start > timeout_s:
+            names = ", ".join(pending)
+            raise RuntimeError(
+                f"{names} not healthy after {timeout_s:.0f} s:\n{logs_tail(next(iter(pending)))}"
+            )
+        time.sleep(1)
+    return time.monotonic() - start
+
+
+def run_clients(
+    endpoints: list[tuple[str, str]],  # (base URL, served model name), one client each
+    shares: list[Workload],
+    image: str,
+    settings: Settings,
+    result_dir: Path,
+    stem: str,
+    run_id: str,
+) -> list[results.ClientResult]:
+    """One `vllm bench serve` per endpoint, all at once; their result files parsed."""
+    procs = []
+    for i, ((url, served), share) in enumerate(zip(endpoints, shares, strict=True)):
+        result_name = f"{stem}-client{i}.json"
+        args = layouts.client_args(url, served, share, "/results", result_name)
+        name = f"zenvllm-bench-client-{run_id}-{stem}-{i}"
+        argv = layouts.client_command(name, image, settings.model_dir, result_dir, run_id, args)
+        log = (result_dir / f"{stem}-client{i}.log").open("w")
+        procs.append((DOCKER.stream(*argv, out=log), result_name))
+    deadline = time.monotonic() + settings.client_timeout_s
+    results = []
+    for proc, result_name in procs:
+        try:
+            code = proc.wait(timeout=max(1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise RuntimeError(
+                f"{result_name}: client ran over {settings.client_timeout_s:.0f} s"
+            ) from None
+        path = result_dir / result_name
+        log = result_dir / result_name.replace(".json", ".log")
+        if code != 0 or not path.is_file():
+            tail = "\n".join(log.read_text().splitlines()[-20:]) if log.is_file() else ""
+            raise RuntimeError(f"client {result_name} failed (exit {code}):\n{tail}")
+        data = json.loads(path.read_text())
+        results.append(results.parse_client_result(data, str(path), path.stat().st_mtime))
+    return results
+
+
+def served_model(url: str) -> str:
+    """The model name an OpenAI-compatible endpoint serves (its first in /v1/models)."""
+    try:
+        data = get_json(f"{url}/v1/models", timeout=10)
+        return data["data"][0]["id"]  # type: ignore[index]
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as err:
+        raise UserError(
+            f"{url}/v1/models: no model list ({err}); give the base URL of a running "
+            "deploy.yml gateway, e.g. http://127.0.0.1:8000"
+        ) from None
+
+
+def gateway_endpoint(settings: Settings, raw: Path, tag: str) -> str:
+    if settings.gateway_url:
+        return settings.gateway_url.rstrip("/")
+    d = settings.gateway_deploy
+    assert d is not None
+    say(f"{tag}: deploying with ansible/deploy.yml (gateway :{d.port}, instances :{d.base_port}+)")
+    start = time.monotonic()
+    gateway.deploy(d, raw / "gateway-deploy.log")
+    say(f"{tag}: deployed and verified in {time.monotonic() - start:.0f} s")
+    return d.url
+
+
+def measure(
+    index: int,
+    total: int,
+    config: Configuration,
+    settings: Settings,
+    raw: Path,
+    run_id: str,
+) -> list[Run]:
+    """Start a configuration, warm it up, run its repeats, stop it."""
+    w = settings.workload
+    image = settings.images[config.target]
+    tag = f"[{index}/{total}] {config.name}"
+    try:
+        if config.servers:
+            for s in config.servers:
+                if port_in_use(s.port):
+                    raise UserError(
+                        f"port {s.port} is already in use (needed by {config.name}); stop what "
+                        "listens there or pass --base-port"
+                    )
+            say(f"{tag}: starting {config.shape} ({image})")
+            for s in config.servers:
+                argv = layouts.server_command(
+                    s, image, settings.model_dir, settings.max_model_len, w.enforce_eager, run_id
+                )
+                DOCKER.run(*argv, check=True)
+            took = wait_ready([(s.name, s.port) for s in config.servers], settings.start_timeout_s)
+            say(f"{tag}: ready in {took:.0f} s")
+        if config.kind == "gateway":
+            url = gateway_endpoint(settings, raw, tag)
+            endpoints = [(url, served_model(url))]
+        else:
+            endpoints = [
+                (f"http://127.0.0.1:{s.port}", layouts.MODEL_MOUNT) for s in config.servers
+            ]
+        shares = w.shares(len(endpoints))
+        if w.warmup_prompts:
+            warm = [replace(s, num_prompts=max(1, s.warmup_prompts)) for s in shares]
+            say(f"{tag}: warm-up, {w.warmup_prompts} prompts (not measured)")
+            run_clients(endpoints, warm, image, settings, raw, f"{config.name}-warmup", run_id)
+        runs = []
+        for repeat in range(1, w.repeats + 1):
+            load = os.getloadavg()[0]
+            results = run_clients(
+                endpoints, shares, image, settings, raw, f"{config.name}-r{repeat}", run_id
+            )
+            run = results.combine(config.name, repeat, results, load)
+            runs.append(run)
+            say(
+                f"{tag}: repeat {repeat}/{w.repeats}: {run.output_tok_s:.1f} output tok/s, "
+                f"TTFT {run.median_ttft_ms:.0f} ms, TPOT {run.median_tpot_ms:.1f} ms "
+                f"(load {load:.2f})"
+            )
+        return runs
+    finally:
+        stop(config.servers, raw)
+        if config.kind == "gateway" and settings.gateway_deploy:
+            gateway.teardown(settings.gateway_deploy, raw)
+
+
+def stop(servers: tuple[layouts.Server, ...], raw: Path) -> None:
+    for s in servers:
+        log = DOCKER.run("logs", s.name, timeout=60)
+        if log.returncode == 0:
+            (raw / f"{s.name}.log").write_text(log.stdout + log.stderr)
+        DOCKER.run("rm", "-f", s.name, timeout=120)
+
+
+def remove_labelled(run_id: str) -> None:
+    ids = DOCKER.run("ps", "-aq", "--filter", f"label={layouts.BENCH_LABEL}={run_id}")
+    for cid in ids.stdout.split():
+        DOCKER.run("rm", "-f", cid, timeout=120)
+
+
+def leftovers() -> set[Path]:
+    return set(SHM_LEFTOVERS.glob("__KMP_REGISTERED_LIB_*")) | set(
+        TMP_LEFTOVERS.glob("vllm_dist_*")
+    )
+
+
+def pid_alive(path: Path) -> bool:
+    """__KMP_REGISTERED_LIB_<pid>_<n>: alive while that process runs."""
+    parts = path.name.split("_")
+    try:
+        return Path(f"/proc/{int(parts[-2])}").exists()
+    except (ValueError, IndexError):
+        return False
+
+
+def clean_leftovers(before: set[Path]) -> list[Path]:
+    """Remove OpenMP registration files and vLLM dist dirs that appeared during the run
+    (never anything that was there before, or whose OpenMP owner still runs)."""
+    removed = []
+    for path in leftovers() - before:
+        if path.name.startswith("__KMP") and pid_alive(path):
+            continue
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        removed.append(path)
+    return removed
+
+
+def run_bench(
+    configs: list[Configuration],
+    settings: Settings,
+    progress: Callable[[str], None] = say,
+) -> tuple[dict, int]:
+    """Measure every configuration; write the outputs; return (result, exit status)."""
+    run_id = uuid.uuid4().hex[:8]
+    settings.out_dir = settings.out_dir.resolve()  # docker -v needs an absolute path
+    with outputs.staged(settings.out_dir, "--out") as staging:
+        return _measure_into(staging, run_id, configs, settings, progress)
+
+
+def _measure_into(
+    staging: Path,
+    run_id: str,
+    configs: list[Configuration],
+    settings: Settings,
+    progress: Callable[[str], None],
+) -> tuple[dict, int]:
+    raw = staging / "raw"
+    raw.mkdir()
+    raw.chmod(0o777)  # the image's client runs as an unprivileged user and writes here
+    before = leftovers()
+    started = time.time()
+    load_before = os.getloadavg()
+    runs: list[Run] = []
+    failures: list[str] = []
+    try:
+        for index, config in enumerate(configs, 1):
+            try:
+                runs += measure(index, len(configs), config, settings, raw, run_id)
+            except (RuntimeError, ValueError) as err:
+                failures.append(f"{config.name}: {err}")
+                progress(f"[{index}/{len(configs)}] {config.name}: FAILED: {err}")
+        meta = {
+            "run_id": run_id,
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+            "host": settings.host_label,
+            "cpus": os.cpu_count(),
+            "model": settings.model_name,
+            "model_dir": str(settings.model_dir),
+            "images": settings.images,
+            "max_model_len": settings.max_model_len,
+            "workload": asdict(settings.workload),
+            "load_before": [round(x, 2) for x in load_before],
+            "load_after": [round(x, 2) for x in os.getloadavg()],
+            "wall_s": round(time.time() - started, 1),
+            "notes": settings.notes,
+            "failures": failures,
+        }
+        result = results.result_document(meta, configs, settings.images, runs)
+        report.write_outputs(result, staging, plots=settings.plots)
+        return result, (1 if failures else 0)
+    finally:
+        remove_labelled(run_id)
+        removed = clean_leftovers(before)
+        if removed:
+            progress(f"removed {len(removed)} OpenMP/vLLM leftover file(s)")
+
+
+def print_summary(result: dict, out_dir: Path) -> None:
+    print()
+    print(report.markdown(result), end="")
+    print(f"\noutputs in {out_dir}: results.json runs.csv summary.csv table.md *.png", flush=True)
+    sys.stdout.flush()

@@ -1,0 +1,162 @@
+"""One instance's container, decided once: everything `docker run` needs.
+
+`container_of(instance, settings)` turns a planned instance plus a deployment's
+settings (image, model mount, served name, security profile, supervisor) into the
+complete specification: name, image, command, env, placement, security, mounts,
+labels, restart policy and the config hash that tells a current container from an
+out-of-date one. `zenvllm plan --json` emits it for every instance; Ansible writes
+it out as the unit, the run script and the env file without computing anything.
+Pure; standard library only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+
+from zenvllm.core.errors import UserError
+from zenvllm.core.topology import format_cpu_list
+
+# The least privilege vLLM's CPU backend needs: SYS_NICE for its NUMA memory binding
+# (with a seccomp profile that allows the memory-policy calls), nothing else.
+SECURITY = ("--cap-drop=ALL", "--cap-add=SYS_NICE", "--security-opt=no-new-privileges")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A deployment's choices that are not sizing (Ansible's role variables)."""
+
+    deployment: str = "zenvllm"
+    image: str = "zenvllm/vllm-openai:0.32.0"
+    image_id: str = "unknown"
+    model_dir: str = "/srv/models/model"  # on the host, mounted read-only
+    container_model_dir: str = "/model"
+    served_model_name: str = ""  # "" = the model directory's name
+    max_model_len: int = 0  # 0 = the model's own
+    serve_args: tuple[str, ...] = ("--dtype=bfloat16",)
+    user: str = "10001:10001"
+    seccomp_profile: str = ""  # "" = the engine's default profile
+    config_dir: str = "/etc/zenvllm"  # where the env file lives
+    supervisor: str = "systemd"  # systemd runs it in the foreground; engine restarts it
+    extra_env: dict[str, str] = field(default_factory=dict)
+    extra_options: tuple[str, ...] = ()
+    secrets_digest: str = ""
+
+    @classmethod
+    def from_json(cls, text: str, secrets: dict[str, str] | None = None) -> Settings:
+        """Settings from JSON (unknown keys refused by name), plus the secrets' digest."""
+        try:
+            fields = json.loads(text)
+            if not isinstance(fields, dict):
+                raise TypeError("not a JSON object")
+            fields = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
+            settings = cls(**fields)
+        except (ValueError, TypeError) as err:
+            known = ", ".join(cls.__dataclass_fields__)
+            raise UserError(
+                f"--deployment-json: {err}; give a JSON object with some of: {known}"
+            ) from None
+        if settings.supervisor not in ("systemd", "engine"):
+            raise UserError(
+                f"--deployment-json: supervisor {settings.supervisor!r} is not systemd or engine"
+            )
+        return settings.with_secrets(secrets or {})
+
+    def with_secrets(self, secrets: dict[str, str]) -> Settings:
+        """The env file's secrets never enter the plan, only their digest: a new key must
+        still change the config hash and restart the instances."""
+        given = {k: v for k, v in sorted(secrets.items()) if v}
+        if not given:
+            return self
+        digest = hashlib.sha256(json.dumps(given).encode()).hexdigest()[:16]
+        return Settings(**{**asdict(self), "secrets_digest": digest})
+
+
+@dataclass(frozen=True)
+class Container:
+    name: str
+    port: int
+    image: str
+    served_model_name: str
+    options: tuple[str, ...]  # `docker run` options, the config label included
+    command: tuple[str, ...]  # the image's arguments (the launcher passes them to vLLM)
+    env: dict[str, str]  # the env file's content, secrets aside
+    env_file: str
+    config_hash: str
+    restart: str  # "no": systemd restarts it; else the engine's restart policy
+
+    @property
+    def run_args(self) -> list[str]:
+        """`docker run ...` after the binary: in the foreground for systemd (removed when it
+        stops), detached under the engine's restart policy otherwise."""
+        how = ["--rm"] if self.restart == "no" else ["--detach", f"--restart={self.restart}"]
+        return ["run", *how, *self.options, self.image, *self.command]
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "run_args": self.run_args}
+
+
+def placement(instance) -> list[str]:
+    """Where the plan put the instance: its cores, memory node, memory and shm."""
+    return [
+        f"--cpuset-cpus={format_cpu_list(instance.cpus)}",
+        f"--cpuset-mems={format_cpu_list(instance.mems)}",
+        f"--shm-size={instance.shm_size_mib}m",
+        f"--memory={instance.memory_limit_mib}m",
+    ]
+
+
+def container_of(instance, settings: Settings) -> Container:
+    """The container of one planned instance (a plan.Instance) under these settings."""
+    name = instance.name
+    env_file = f"{settings.config_dir}/{name}.env"
+    served = (
+        settings.served_model_name or settings.model_dir.rstrip("/").rsplit("/", 1)[-1] or "model"
+    )
+    env = {**instance.env, "HF_HUB_OFFLINE": "1", **settings.extra_env}
+    options = [
+        f"--name={name}",
+        "--network=host",
+        *placement(instance),
+        f"--user={settings.user}",
+        *SECURITY,
+        *(
+            [f"--security-opt=seccomp={settings.seccomp_profile}"]
+            if settings.seccomp_profile
+            else []
+        ),
+        f"--env-file={env_file}",
+        f"--volume={settings.model_dir}:{settings.container_model_dir}:ro",
+        "--label=zenvllm.managed=true",
+        f"--label=zenvllm.deployment={settings.deployment}",
+        f"--label=zenvllm.instance={name}",
+        f"--label=zenvllm.port={instance.port}",
+        f"--label=zenvllm.image-id={settings.image_id}",
+        *settings.extra_options,
+    ]
+    command = [
+        f"--model={settings.container_model_dir}",
+        f"--served-model-name={served}",
+        "--host=127.0.0.1",
+        f"--port={instance.port}",
+        *([f"--max-model-len={settings.max_model_len}"] if settings.max_model_len else []),
+        *settings.serve_args,
+    ]
+    restart = "no" if settings.supervisor == "systemd" else "unless-stopped"
+    # Everything that shapes the container, the env file (secrets by digest) included:
+    # a container whose label differs is out of date and gets replaced.
+    shape = [options, settings.image, command, sorted(env.items()), settings.secrets_digest]
+    config_hash = hashlib.sha1(json.dumps(shape).encode()).hexdigest()
+    return Container(
+        name=name,
+        port=instance.port,
+        image=settings.image,
+        served_model_name=served,
+        options=(*options, f"--label=zenvllm.config={config_hash}"),
+        command=tuple(command),
+        env=env,
+        env_file=env_file,
+        config_hash=config_hash,
+        restart=restart,
+    )

@@ -1,0 +1,69 @@
+"""What a deployment's plan promised an instance's container, and what differs.
+
+The planner writes the promise into the instance's env (`ZENVLLM_PLAN`); the
+image launcher of a deployed container checks its own cgroup, cpuset, /dev/shm
+and target against it instead of planning again, which inside the container
+(seeing only its own --memory cap) gave other numbers than the host's plan.
+A bare `docker run IMAGE --model M` has no promise and still plans itself.
+Pure functions; standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+from zenvllm.core.errors import UserError
+from zenvllm.core.host import MIB, Host
+from zenvllm.core.topology import format_cpu_list, parse_cpu_list
+
+ENV_KEY = "ZENVLLM_PLAN"
+
+
+@dataclass(frozen=True)
+class Promise:
+    name: str
+    target: str
+    cpus: str  # the kernel's list format, as --cpuset-cpus takes it
+    mems: str
+    shm_mib: int
+    memory_mib: int
+
+
+def encode(promise: Promise) -> str:
+    return json.dumps(asdict(promise), separators=(",", ":"))
+
+
+def decode(text: str) -> Promise:
+    try:
+        fields = json.loads(text)
+        promise = Promise(**fields)
+        parse_cpu_list(promise.cpus), parse_cpu_list(promise.mems)
+        if not all(isinstance(n, int) and n > 0 for n in (promise.shm_mib, promise.memory_mib)):
+            raise ValueError("shm_mib and memory_mib must be positive integers")
+    except (ValueError, TypeError) as err:
+        raise UserError(
+            f"{ENV_KEY}={text[:80]!r} is not a zenvllm plan ({err}); leave it to the "
+            "deployment's env file, or unset it to let the launcher plan this container"
+        ) from None
+    return promise
+
+
+def differences(promise: Promise, host: Host, shm_total_mib: int | None, target: str) -> list[str]:
+    """Each way this container is not what the plan promised; empty when it is."""
+    found = []
+    cpus = format_cpu_list(host.allowed_cpus)
+    if cpus != promise.cpus:
+        found.append(f"CPUs {cpus}, planned {promise.cpus}")
+    mems = format_cpu_list(host.allowed_mems)
+    if mems != promise.mems:
+        found.append(f"memory nodes {mems}, planned {promise.mems}")
+    limit = host.cgroup_mem_limit_bytes
+    if limit is None or limit // MIB != promise.memory_mib:
+        have = "none" if limit is None else f"{limit // MIB} MiB"
+        found.append(f"memory limit {have}, planned {promise.memory_mib} MiB")
+    if shm_total_mib is not None and shm_total_mib != promise.shm_mib:
+        found.append(f"/dev/shm {shm_total_mib} MiB, planned {promise.shm_mib} MiB")
+    if target != promise.target:
+        found.append(f"image target {target}, planned {promise.target}")
+    return found

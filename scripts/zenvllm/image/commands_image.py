@@ -1,0 +1,131 @@
+"""`zenvllm render` and `zenvllm build`: a target's build context, and its image."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from zenvllm.image import baseimage, build, render
+
+
+def _path(value: str | None) -> Path | None:
+    return Path(value) if value else None
+
+
+def add_render_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--target",
+        default=os.environ.get("TARGET", "vllm-openai"),
+        help="vllm-openai, zen or pace (default vllm-openai)",
+    )
+    p.add_argument(
+        "--pin",
+        action="append",
+        metavar="NAME=VERSION",
+        help="override a pin of dockerfiles/build.yaml (repeatable)",
+    )
+    p.add_argument(
+        "--source",
+        choices=("wheel", "source"),
+        default=None,
+        help="install vLLM from PyPI wheels (default) or build it from git",
+    )
+    p.add_argument(
+        "--wheelhouse",
+        default=os.environ.get("ZENVLLM_WHEELHOUSE"),
+        help="directory of wheels (e.g. torch +cpu) copied into the context",
+    )
+    p.add_argument(
+        "--extra-ca-certs",
+        default=os.environ.get("ZENVLLM_EXTRA_CA_CERTS"),
+        metavar="DIR|FILE",
+        help="CA certificates to trust (TLS-intercepting proxies)",
+    )
+    p.add_argument(
+        "--base-image",
+        default=None,
+        help="FROM image (default zenvllm/debian:bookworm, made with debootstrap)",
+    )
+    p.add_argument(
+        "--override",
+        default=None,
+        metavar="FILE",
+        help="a template that {%% extends parent_template %%} and overrides blocks",
+    )
+
+
+def request_of(args: argparse.Namespace, buildkit: bool):
+    return render.Request(
+        target=args.target,
+        pins=render.parse_pins(args.pin),
+        source=args.source,
+        base_image=args.base_image,
+        wheelhouse=_path(args.wheelhouse),
+        extra_ca_certs=_path(args.extra_ca_certs),
+        buildkit=buildkit,
+        override=_path(args.override),
+    )
+
+
+def run_render(args: argparse.Namespace) -> int:
+    context = render.render_to(render.load_config(), request_of(args, args.buildkit), args.output)
+    print(Path(args.output).resolve())
+    print(f"render: {context.target} -> {args.output} (tag {context.tag})", file=sys.stderr)
+    return 0
+
+
+def run_build(args: argparse.Namespace) -> int:
+    engine = build.choose_engine(args.engine, args.builder)
+    build.check_daemon(engine)
+    config = render.load_config()
+    request = request_of(args, engine.buildkit)
+    context = render.render(config, request)  # refuses bad pins before any build work
+    base = args.base_image or config["defaults"]["base_image"]
+    if base == config["defaults"]["base_image"]:
+        baseimage.ensure_base_image(base, engine=engine.binary)
+    tag = args.tag or context.tag
+    print(
+        f"build: {context.target} as {tag} with {engine.binary} ({engine.builder})",
+        file=sys.stderr,
+    )
+    previous = build.image_id(engine, tag)
+    start = time.monotonic()
+    with build.context_dir(baseimage.cache_dir(), context.target) as ctx:
+        render.write_context(context, ctx, "the build context")
+        image = build.build_context(
+            engine, ctx, tag, args.network, base, _path(args.log), args.no_cache
+        )
+    print(f"build: {tag} {image} in {time.monotonic() - start:.1f} s", file=sys.stderr)
+    if previous and previous != image:
+        build.remove_image(engine, previous)  # the old image the tag left behind
+    print(tag)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("render", help="write a target's build context (Dockerfile etc.)")
+    add_render_options(p)
+    p.add_argument("--output", required=True, type=Path, help="the context directory to write")
+    p.add_argument(
+        "--buildkit",
+        action="store_true",
+        help="emit BuildKit cache mounts (the legacy builder rejects them)",
+    )
+    p.set_defaults(func=run_render)
+
+    p = subparsers.add_parser("build", help="render a target and build its image")
+    add_render_options(p)
+    p.add_argument("--tag", default=None, help="image tag (default zenvllm/TARGET:VLLM)")
+    p.add_argument(
+        "--network",
+        default="host",
+        help="build network (default host: the engine runs with --bridge=none)",
+    )
+    p.add_argument("--engine", default="auto", help="auto, docker or podman")
+    p.add_argument("--builder", default="auto", help="auto, buildkit or legacy (docker)")
+    p.add_argument("--log", default=None, help="write the build output here, not to the terminal")
+    p.add_argument("--no-cache", action="store_true", help="ignore the engine's layer cache")
+    p.set_defaults(func=run_build)

@@ -1,0 +1,96 @@
+"""The one way zenvllm runs a container engine's command line (docker or podman).
+
+Every engine command in the package goes through a `Cli`: `run` captures the
+output; `started` and `call` send it to a file or a pipe (builds) and kill the
+command if the caller is interrupted; `stream` starts one the caller watches
+itself (benchmark clients, with their own deadline). One place finds
+the binary, says how to get one when it is missing, and turns a failure the
+caller cannot go on from into an error that names the command.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import IO
+
+from zenvllm.core.errors import UserError
+
+
+@dataclass(frozen=True)
+class Cli:
+    binary: str = "docker"
+    env: Mapping[str, str] | None = None  # e.g. DOCKER_BUILDKIT=1 for a pre-23 client
+
+    def _missing(self) -> UserError:
+        return UserError(
+            f"{self.binary} not found; run `make engine` (Debian's docker.io) or install "
+            "docker or podman"
+        )
+
+    def run(
+        self,
+        *args: str,
+        timeout: float | None = 120,
+        check: bool = False,
+        stdin: IO | None = None,
+    ) -> subprocess.CompletedProcess:
+        """The command's result, output captured as text; with `check`, a failure raises
+        RuntimeError naming the command and the engine's own words."""
+        try:
+            done = subprocess.run(
+                [self.binary, *args],
+                capture_output=stdin is None,
+                stdin=stdin,
+                text=stdin is None,
+                timeout=timeout,
+                env=dict(self.env) if self.env is not None else None,
+                check=False,
+            )
+        except FileNotFoundError:
+            raise self._missing() from None
+        if check and done.returncode != 0:
+            err = done.stderr if isinstance(done.stderr, str) else ""
+            raise RuntimeError(f"{self.binary} {' '.join(args[:3])}...: {err.strip()[-2000:]}")
+        return done
+
+    def ok(self, *args: str, timeout: float | None = 120) -> bool:
+        return self.run(*args, timeout=timeout).returncode == 0
+
+    def words(self, *args: str) -> list[str]:
+        """stdout split on whitespace (names, IDs)."""
+        return self.run(*args).stdout.split()
+
+    @contextmanager
+    def started(self, *args: str, out: IO | int) -> Iterator[subprocess.Popen]:
+        """The running command, its output to `out` (a file or subprocess.PIPE). Whatever
+        interrupts the caller (an error, Ctrl-C, SIGTERM as KeyboardInterrupt) kills the
+        command rather than waiting for it: an interrupted build must not go on to tag."""
+        with self.stream(*args, out=out) as proc:
+            try:
+                yield proc
+            except BaseException:
+                proc.kill()
+                raise
+
+    def call(self, *args: str, out: IO) -> int:
+        """Run the command with its output to `out`; its exit status."""
+        with self.started(*args, out=out) as proc:
+            return proc.wait()
+
+    def stream(self, *args: str, out: IO | int) -> subprocess.Popen:
+        """Start the command with stdout and stderr going to `out`; the caller waits."""
+        try:
+            return subprocess.Popen(
+                [self.binary, *args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=dict(self.env) if self.env is not None else None,
+            )
+        except FileNotFoundError:
+            raise self._missing() from None
+
+
+DOCKER = Cli()

@@ -1,0 +1,9 @@
+"""The host's command line: `python3 -m zenvllm.runtime plan|doctor ...`.
+
+Hosts and images receive only the core and runtime, so this entry imports only
+their verbs; on a workstation `zenvllm` (zenvllm.cli) has these and the rest.
+"""
+
+from zenvllm.runtime import commands_doctor, commands_plan, console
+
+raise SystemExit(console.run((commands_plan, commands_doctor), None))

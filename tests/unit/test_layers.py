@@ -1,0 +1,135 @@
+"""The package's layers: who may import whom, and what hosts and images receive."""
+
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from zenvllm import SHIPPED_LAYERS
+from zenvllm.image import render
+
+PACKAGE = Path(render.PACKAGE)
+ROLE = PACKAGE.parents[1] / "ansible" / "roles" / "zenvllm_instances"
+# Each layer may import the layers before it, never those after.
+ORDER = ("core", "runtime", "image", "bench", "cli")
+
+
+def layer_of(module: str) -> str:
+    """zenvllm.core.plan -> core; zenvllm.cli and zenvllm.__main__ -> cli."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 and parts[1] in ORDER else "cli"
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).with_suffix("")
+        name = ".".join(("zenvllm", *rel.parts))
+        found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def imports(path: Path, known: set[str]) -> set[str]:
+    """The zenvllm modules a file imports, at any depth (lazy imports count too)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.startswith("zenvllm")}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("zenvllm"):
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                out.add(sub if sub in known else node.module)
+    return out - {"zenvllm"}  # the package root holds only the version and SHIPPED_LAYERS
+
+
+def graph() -> dict[str, set[str]]:
+    found = modules()
+    return {name: imports(path, set(found)) for name, path in found.items()}
+
+
+def test_each_layer_imports_only_the_layers_before_it():
+    wrong = [
+        f"{name} ({layer_of(name)}) imports {dep} ({layer_of(dep)})"
+        for name, deps in graph().items()
+        for dep in deps
+        if ORDER.index(layer_of(dep)) > ORDER.index(layer_of(name))
+    ]
+    assert wrong == []
+
+
+def test_the_import_graph_has_no_cycles():
+    edges = graph()
+    state: dict[str, str] = {}
+
+    def visit(node: str, path: list[str]) -> list[str]:
+        state[node] = "open"
+        for dep in sorted(edges.get(node, ())):
+            if state.get(dep) == "open":
+                return [*path, node, dep]
+            if dep not in state and (cycle := visit(dep, [*path, node])):
+                return cycle
+        state[node] = "done"
+        return []
+
+    cycles = [c for name in sorted(edges) if name not in state and (c := visit(name, []))]
+    assert cycles == []
+
+
+def test_a_violation_would_be_seen(tmp_path):
+    # The checker itself can fail: a core module importing the bench is caught.
+    bad = tmp_path / "bad.py"
+    bad.write_text("from zenvllm.bench import layouts\n")
+    deps = imports(bad, set(modules()))
+    assert deps == {"zenvllm.bench.layouts"}
+    assert ORDER.index(layer_of("zenvllm.bench.layouts")) > ORDER.index("core")
+
+
+def shipped_by_ansible() -> list[str]:
+    globs = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
+    return sorted(
+        str(p.relative_to(PACKAGE))
+        for pattern in globs["zenvllm_instances_planner_globs"]
+        for p in PACKAGE.glob(pattern)
+    )
+
+
+def test_images_and_hosts_receive_only_the_core_and_runtime():
+    in_image = sorted(k.removeprefix("zenvllm/") for k in render.package_files())
+    assert in_image == shipped_by_ansible()
+    layers = {Path(rel).parts[0] for rel in in_image if "/" in rel}
+    assert layers == set(SHIPPED_LAYERS) == {"core", "runtime"}
+    assert "__init__.py" in in_image and "runtime/__main__.py" in in_image
+    assert not any(rel.startswith(("image/", "bench/", "cli")) for rel in in_image)
+
+
+def test_what_hosts_receive_runs_alone_on_the_standard_library(tmp_path):
+    # Only the shipped files, and -S drops site-packages: an import of the image or
+    # bench layers, or of Jinja2/PyYAML, fails here.
+    for rel in shipped_by_ansible():
+        dest = tmp_path / "zenvllm" / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(PACKAGE / rel, dest)
+    fixture = PACKAGE.parents[1] / "tests" / "fixtures" / "hosts" / "vm-milan-8vcpu-avx2"
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path)}
+
+    def host_cli(*argv: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-S", "-m", "zenvllm.runtime", *argv]
+        return subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+
+    plan = host_cli("plan", "--json", "--root", str(fixture), "--model-size-gib", "1")
+    assert plan.returncode == 0, plan.stderr
+    assert json.loads(plan.stdout)["instances"][0]["container"]["name"]
+    doctor = host_cli("doctor", "--json", "--root", str(fixture))
+    assert doctor.returncode == 0, doctor.stderr
+    # An AVX2-only Milan: vLLM's image serves, zen and pace would be inactive.
+    assert json.loads(doctor.stdout)["targets"] == {
+        "vllm-openai": "ok",
+        "zen": "warn",
+        "pace": "warn",
+    }
