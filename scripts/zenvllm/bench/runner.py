@@ -120,7 +120,7 @@ def run_clients(
         log = (result_dir / f"{stem}-client{i}.log").open("w")
         procs.append((DOCKER.stream(*argv, out=log), result_name))
     deadline = time.monotonic() + settings.client_timeout_s
-    results = []
+    parsed = []
     for proc, result_name in procs:
         try:
             code = proc.wait(timeout=max(1, deadline - time.monotonic()))
@@ -135,8 +135,8 @@ def run_clients(
             tail = "\n".join(log.read_text().splitlines()[-20:]) if log.is_file() else ""
             raise RuntimeError(f"client {result_name} failed (exit {code}):\n{tail}")
         data = json.loads(path.read_text())
-        results.append(results.parse_client_result(data, str(path), path.stat().st_mtime))
-    return results
+        parsed.append(results.parse_client_result(data, str(path), path.stat().st_mtime))
+    return parsed
 
 
 def served_model(url: str) -> str:
@@ -206,10 +206,10 @@ def measure(
         runs = []
         for repeat in range(1, w.repeats + 1):
             load = os.getloadavg()[0]
-            results = run_clients(
+            clients = run_clients(
                 endpoints, shares, image, settings, raw, f"{config.name}-r{repeat}", run_id
             )
-            run = results.combine(config.name, repeat, results, load)
+            run = results.combine(config.name, repeat, clients, load)
             runs.append(run)
             say(
                 f"{tag}: repeat {repeat}/{w.repeats}: {run.output_tok_s:.1f} output tok/s, "
