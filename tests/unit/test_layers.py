@@ -133,3 +133,40 @@ def test_what_hosts_receive_runs_alone_on_the_standard_library(tmp_path):
         "zen": "warn",
         "pace": "warn",
     }
+
+
+def shadowed(path: Path) -> list[str]:
+    """Names a file binds that are also zenvllm modules it imports (a local `results`
+    list hiding the `results` module fails only when that line runs)."""
+    tree = ast.parse(path.read_text())
+    known = modules()
+    imported = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("zenvllm")
+        for alias in node.names
+        if f"{node.module}.{alias.name}" in known
+    }
+    bound = []
+    for node in ast.walk(tree):
+        name = (
+            node.id
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)
+            else node.arg
+            if isinstance(node, ast.arg)
+            else node.name
+            if isinstance(node, ast.FunctionDef | ast.ClassDef)
+            else None
+        )
+        if name in imported:
+            bound.append(f"{path.name}:{node.lineno} binds {name}")
+    return bound
+
+
+def test_no_name_hides_an_imported_module(tmp_path):
+    repo = PACKAGE.parents[1]
+    files = [*PACKAGE.rglob("*.py"), *(repo / "tests").rglob("*.py")]
+    assert [s for f in files for s in shadowed(f)] == []
+    bad = tmp_path / "bad.py"
+    bad.write_text("from zenvllm.bench import results\nresults = []\n")
+    assert shadowed(bad) == ["bad.py:2 binds results"]
