@@ -94,7 +94,7 @@ def test_a_new_secret_moves_the_hash_without_entering_the_spec(instance):
     [
         ('{"imgae": "x"}', "unexpected keyword argument 'imgae'"),
         ("[1]", "not a JSON object"),
-        ('{"supervisor": "cron"}', "supervisor 'cron' is not systemd or engine"),
+        ('{"supervisor": "cron"}', "supervisor 'cron' is not one of systemd, engine, none"),
         ("{", "Expecting"),
     ],
 )

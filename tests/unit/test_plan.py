@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 from zenvllm.core.errors import PlanError
 from zenvllm.core.flavors import CPU_MODELS, PRESETS, synthetic_host
 from zenvllm.core.host import GIB, MIB
+from zenvllm.core.memory import node_budget
 from zenvllm.core.model import Model, model_of_size
-from zenvllm.core.plan import Policy, make_plan, node_budget
+from zenvllm.core.plan import Policy, make_plan
 from zenvllm.core.topology import parse_cpu_list
 
 TINY = Model(name="tiny", weight_bytes=2 * MIB, kv_bytes_per_token=1024, max_model_len=512)

@@ -9,21 +9,27 @@ checks those files.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from zenvllm.core.container import Container, Settings, container_of
+from zenvllm.core.cores import usable_cores
 from zenvllm.core.errors import PlanError, UserError
 from zenvllm.core.host import Host
 from zenvllm.core.model import Model
-from zenvllm.core.plan import Plan, Policy, make_plan, usable_cores
+from zenvllm.core.plan import Instance, Plan, Policy, make_plan
 from zenvllm.core.topology import format_cpu_list, parse_cpu_list
 
 # vLLM's CPU guide, "How to decide VLLM_CPU_KVCACHE_SPACE?": "This value is 4GB by default".
 STOCK_KV_GIB = 4
 # vLLM's CPU guide's `docker run` example.
 STOCK_SHM = "4g"
-# Both the guide's example and ours: lets vLLM bind memory (get_mempolicy, migrate_pages).
-SECURITY_ARGS = ("--cap-add", "SYS_NICE", "--security-opt", "seccomp=unconfined")
+# The guide's example: lets vLLM bind memory (get_mempolicy, migrate_pages).
+STOCK_SECURITY = ("--cap-add", "SYS_NICE", "--security-opt", "seccomp=unconfined")
+# The planner's layouts run the container a deployment runs, its seccomp profile too.
+SECCOMP_PROFILE = (
+    Path(__file__).resolve().parents[3] / "ansible/roles/zenvllm_instances/files/seccomp-numa.json"
+)
 MODEL_MOUNT = "/model"
 STOCK = "stock"
 PLANNER = "auto"  # the configuration that is the planner's own choice
@@ -190,6 +196,11 @@ class Server:
     kv_cache_gib: int
     env: dict[str, str]
     docker_args: tuple[str, ...]
+    # A planner layout's instance, whose container (core.container) the bench runs.
+    instance: Instance | None = field(default=None, compare=False, repr=False)
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "instance"}
 
 
 @dataclass(frozen=True)
@@ -258,10 +269,10 @@ def stock_server(port: int) -> Server:
     )
 
 
-def servers_of(plan: Plan, prefix: str) -> tuple[Server, ...]:
+def servers_of(plan: Plan) -> tuple[Server, ...]:
     return tuple(
         Server(
-            name=f"{prefix}-{i.port}",
+            name=i.name,
             port=i.port,
             cpus=format_cpu_list(i.cpus),
             omp_bind=i.omp_threads_bind,
@@ -269,6 +280,7 @@ def servers_of(plan: Plan, prefix: str) -> tuple[Server, ...]:
             kv_cache_gib=i.kv_cache_gib,
             env=dict(i.env),
             docker_args=tuple(i.docker_args),
+            instance=i,
         )
         for i in plan.instances
     )
@@ -285,6 +297,7 @@ def policy_of(spec: Spec, host: Host, base_port: int, max_model_len: int) -> Pol
         layout=spec.layout,
         base_port=base_port,
         max_model_len=max_model_len,
+        name_prefix=f"zenvllm-bench-{base_port}",  # the port keeps concurrent runs apart
     )
 
 
@@ -310,9 +323,7 @@ def resolve(
             except PlanError as err:
                 notes.append(f"{name}: skipped on this host: {err}")
                 continue
-            config = Configuration(
-                name, spec.kind, spec.summary, spec.target, servers_of(plan, "zenvllm-bench")
-            )
+            config = Configuration(name, spec.kind, spec.summary, spec.target, servers_of(plan))
         twin = next(
             (c for c in configs if c.kind != "gateway" and c.signature() == config.signature()),
             None,
@@ -333,20 +344,61 @@ def resolve(
 BENCH_LABEL = "io.zenvllm.bench"
 
 
-def server_command(
-    server: Server, image: str, model_dir: Path, max_model_len: int, eager: bool, run_id: str
+@dataclass(frozen=True)
+class Launch:
+    """How the bench starts one server: its `docker run` argv, and the files
+    (path -> text) to write before it runs."""
+
+    argv: list[str]
+    files: dict[str, str]
+
+
+def container_settings(
+    image: str, model_dir: Path, max_model_len: int, eager: bool, env_dir: Path
+) -> Settings:
+    """A deployment's settings for a bench run: the same image, model and security."""
+    return Settings(
+        deployment="zenvllm-bench",
+        image=image,
+        model_dir=str(model_dir),
+        container_model_dir=MODEL_MOUNT,
+        served_model_name=MODEL_MOUNT,  # what the clients ask for
+        max_model_len=max_model_len,
+        serve_args=("--dtype=bfloat16", *(["--enforce-eager"] if eager else [])),
+        seccomp_profile=str(SECCOMP_PROFILE),
+        config_dir=str(env_dir),
+        supervisor="none",  # the bench stops it, reads its log and removes it
+    )
+
+
+def stock_command(
+    server: Server, image: str, model_dir: Path, max_model_len: int, eager: bool
 ) -> list[str]:
-    """`docker run` argv for one server. `--entrypoint vllm` bypasses the image's launcher,
-    so every configuration, stock included, gets exactly the env written here."""
-    argv = ["run", "-d", "--name", server.name, "--label", f"{BENCH_LABEL}={run_id}"]
-    argv += ["--network", "host", *SECURITY_ARGS, *server.docker_args]
-    argv += ["-v", f"{model_dir}:{MODEL_MOUNT}:ro"]
+    """vLLM's CPU guide's `docker run`. `--entrypoint vllm` bypasses the image's launcher,
+    so no planner touches the baseline."""
+    argv = ["run", "-d", "--name", server.name, "--network", "host", *STOCK_SECURITY]
+    argv += [*server.docker_args, "-v", f"{model_dir}:{MODEL_MOUNT}:ro"]
     for key, value in sorted({**server.env, "HF_HUB_OFFLINE": "1"}.items()):
         argv += ["-e", f"{key}={value}"]
     argv += ["--entrypoint", "vllm", image, "serve", MODEL_MOUNT, "--dtype", "bfloat16"]
     argv += ["--max-model-len", str(max_model_len), "--host", "127.0.0.1"]
     argv += ["--port", str(server.port)]
     return argv + (["--enforce-eager"] if eager else [])
+
+
+def server_launch(server: Server, settings: Settings, run_id: str) -> Launch:
+    """Stock runs the guide's command; a planner layout runs its instance's container,
+    exactly as `zenvllm plan --json` gives it to a deployment (launcher, env file,
+    least privilege), so the bench measures what deployments run."""
+    label = ["--label", f"{BENCH_LABEL}={run_id}"]
+    if server.instance is None:
+        model_dir = Path(settings.model_dir)
+        eager = "--enforce-eager" in settings.serve_args
+        argv = stock_command(server, settings.image, model_dir, settings.max_model_len, eager)
+        return Launch([argv[0], *label, *argv[1:]], {})
+    container: Container = container_of(server.instance, settings)
+    argv = container.run_args
+    return Launch([argv[0], *label, *argv[1:]], {container.env_file: container.env_text})
 
 
 def client_command(

@@ -227,6 +227,7 @@ def configs_from_dicts(items: list[dict]) -> list[Configuration]:
 
 def config_dict(config: Configuration, image: str | None) -> dict:
     d = asdict(config)
+    d["servers"] = [s.to_dict() for s in config.servers]
     d["shape"] = config.shape
     d["image"] = image
     return d

@@ -184,11 +184,14 @@ def measure(
                         "listens there or pass --base-port"
                     )
             say(f"{tag}: starting {config.shape} ({image})")
+            container = layouts.container_settings(
+                image, settings.model_dir, settings.max_model_len, w.enforce_eager, raw
+            )
             for s in config.servers:
-                argv = layouts.server_command(
-                    s, image, settings.model_dir, settings.max_model_len, w.enforce_eager, run_id
-                )
-                DOCKER.run(*argv, check=True)
+                launch = layouts.server_launch(s, container, run_id)
+                for path, text in launch.files.items():
+                    Path(path).write_text(text)
+                DOCKER.run(*launch.argv, check=True)
             took = wait_ready([(s.name, s.port) for s in config.servers], settings.start_timeout_s)
             say(f"{tag}: ready in {took:.0f} s")
         if config.kind == "gateway":

@@ -21,6 +21,8 @@ from zenvllm.core.topology import format_cpu_list
 # The least privilege vLLM's CPU backend needs: SYS_NICE for its NUMA memory binding
 # (with a seccomp profile that allows the memory-policy calls), nothing else.
 SECURITY = ("--cap-drop=ALL", "--cap-add=SYS_NICE", "--security-opt=no-new-privileges")
+# Who restarts a stopped instance, and the engine's restart policy that follows.
+SUPERVISORS = {"systemd": "no", "engine": "unless-stopped", "none": "no"}
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,9 @@ class Settings:
     user: str = "10001:10001"
     seccomp_profile: str = ""  # "" = the engine's default profile
     config_dir: str = "/etc/zenvllm"  # where the env file lives
-    supervisor: str = "systemd"  # systemd runs it in the foreground; engine restarts it
+    # systemd runs it in the foreground; "engine" restarts it; "none" (a benchmark's
+    # short-lived server) leaves it detached and stopped when it stops.
+    supervisor: str = "systemd"
     extra_env: dict[str, str] = field(default_factory=dict)
     extra_options: tuple[str, ...] = ()
     secrets_digest: str = ""
@@ -57,9 +61,10 @@ class Settings:
             raise UserError(
                 f"--deployment-json: {err}; give a JSON object with some of: {known}"
             ) from None
-        if settings.supervisor not in ("systemd", "engine"):
+        if settings.supervisor not in SUPERVISORS:
             raise UserError(
-                f"--deployment-json: supervisor {settings.supervisor!r} is not systemd or engine"
+                f"--deployment-json: supervisor {settings.supervisor!r} is not one of "
+                f"{', '.join(SUPERVISORS)}"
             )
         return settings.with_secrets(secrets or {})
 
@@ -84,14 +89,19 @@ class Container:
     env: dict[str, str]  # the env file's content, secrets aside
     env_file: str
     config_hash: str
-    restart: str  # "no": systemd restarts it; else the engine's restart policy
+    restart: str  # the engine's restart policy
+    foreground: bool  # systemd's: in the foreground, removed when it stops
 
     @property
     def run_args(self) -> list[str]:
-        """`docker run ...` after the binary: in the foreground for systemd (removed when it
-        stops), detached under the engine's restart policy otherwise."""
-        how = ["--rm"] if self.restart == "no" else ["--detach", f"--restart={self.restart}"]
+        """`docker run ...` after the binary."""
+        how = ["--rm"] if self.foreground else ["--detach", f"--restart={self.restart}"]
         return ["run", *how, *self.options, self.image, *self.command]
+
+    @property
+    def env_text(self) -> str:
+        """The env file without secrets (Ansible's template adds the header and secrets)."""
+        return "".join(f"{key}={value}\n" for key, value in sorted(self.env.items()))
 
     def to_dict(self) -> dict:
         return {**asdict(self), "run_args": self.run_args}
@@ -143,7 +153,6 @@ def container_of(instance, settings: Settings) -> Container:
         *([f"--max-model-len={settings.max_model_len}"] if settings.max_model_len else []),
         *settings.serve_args,
     ]
-    restart = "no" if settings.supervisor == "systemd" else "unless-stopped"
     # Everything that shapes the container, the env file (secrets by digest) included:
     # a container whose label differs is out of date and gets replaced.
     shape = [options, settings.image, command, sorted(env.items()), settings.secrets_digest]
@@ -158,5 +167,6 @@ def container_of(instance, settings: Settings) -> Container:
         env=env,
         env_file=env_file,
         config_hash=config_hash,
-        restart=restart,
+        restart=SUPERVISORS[settings.supervisor],
+        foreground=settings.supervisor == "systemd",
     )

@@ -1,0 +1,86 @@
+"""Which cores each instance gets: physical cores per node, slices, OpenMP's CPUs."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+from zenvllm.core.errors import PlanError
+from zenvllm.core.host import Host
+from zenvllm.core.model import Model
+from zenvllm.core.policy import Policy
+
+
+def usable_cores(host: Host) -> dict[int, list[tuple[int, ...]]]:
+    """Node id -> its physical cores (each a sorted tuple of allowed logical CPUs),
+    ordered by L3 domain then first CPU, so contiguous slices fill L3s in turn."""
+    by_core: dict[int, list[int]] = defaultdict(list)
+    for cpu in host.cpus:
+        if cpu.id in host.allowed_cpus:
+            by_core[cpu.core].append(cpu.id)
+    nodes: dict[int, list[tuple[int, ...]]] = defaultdict(list)
+    for ids in by_core.values():
+        first = host.cpu(min(ids))
+        nodes[first.node].append(tuple(sorted(ids)))
+    for cores in nodes.values():
+        cores.sort(key=lambda ids: (host.cpu(ids[0]).l3, ids[0]))
+    return dict(sorted(nodes.items()))
+
+
+def split_cores(cores: list[tuple[int, ...]], k: int, layout: str) -> list[list[tuple[int, ...]]]:
+    """k near-equal slices: consecutive cores (contiguous) or every k-th (interleaved)."""
+    if layout == "interleaved":
+        return [cores[i::k] for i in range(k)]
+    size, extra = divmod(len(cores), k)
+    slices, start = [], 0
+    for i in range(k):
+        end = start + size + (1 if i < extra else 0)
+        slices.append(cores[start:end])
+        start = end
+    return slices
+
+
+def omp_cpus_of(slice_cores: list[tuple[int, ...]], policy: Policy) -> tuple[int, ...]:
+    """OpenMP's CPUs: the highest sibling of each core (as vLLM's auto picks); without
+    SMT, a slice of `reserve_from_cores` or more leaves its last `reserve_cpus` cores to
+    the API server and scheduler."""
+    omp = [ids[-1] for ids in slice_cores]
+    if not any(len(ids) > 1 for ids in slice_cores) and len(omp) >= policy.reserve_from_cores:
+        omp = omp[: len(omp) - policy.reserve_cpus]
+    return tuple(sorted(omp))
+
+
+def cores_per_instance(model: Model, policy: Policy) -> int:
+    if model.weight_bytes <= 0:
+        return policy.max_cores_per_instance
+    per_core_step = policy.core_bandwidth_gbs * 1e9 * policy.tpot_target_ms / 1000
+    return max(1, min(policy.max_cores_per_instance, math.ceil(model.weight_bytes / per_core_step)))
+
+
+def instances_per_node(
+    cores: dict[int, list[tuple[int, ...]]], policy: Policy, per_instance: int
+) -> dict[int, int]:
+    """Auto: as many slices of at least `per_instance` cores (and at most the cap) as fit
+    each node. Explicit counts: spread over nodes by their core counts (largest remainder)."""
+    total_cores = sum(len(c) for c in cores.values())
+    n = policy.instances
+    if n is None:
+        cap = policy.max_cores_per_instance
+        return {
+            node: min(len(c), max(1, len(c) // per_instance, math.ceil(len(c) / cap)))
+            for node, c in cores.items()
+        }
+    if n > total_cores:
+        raise PlanError(
+            f"--instances {n} is more than the {total_cores} usable physical cores; "
+            f"give at most {total_cores}"
+        )
+    if n <= len(cores):  # fewer instances than nodes: the biggest nodes get one each
+        biggest = sorted(cores, key=lambda node: (-len(cores[node]), node))[:n]
+        return {node: 1 for node in sorted(biggest)}
+    shares = {node: n * len(c) / total_cores for node, c in cores.items()}
+    counts = {node: max(1, math.floor(s)) for node, s in shares.items()}
+    by_remainder = sorted(shares, key=lambda node: (counts[node] - shares[node], node))
+    for node in by_remainder[: n - sum(counts.values())]:
+        counts[node] += 1
+    return {node: min(k, len(cores[node])) for node, k in counts.items()}

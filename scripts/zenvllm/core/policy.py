@@ -1,0 +1,76 @@
+"""What the operator asks of the planner, with the defaults' evidence, and its checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from zenvllm.core.errors import PlanError
+from zenvllm.core.host import Host
+from zenvllm.core.targets import TARGETS, missing_isa
+
+LAYOUTS = ("contiguous", "interleaved")
+
+
+@dataclass(frozen=True)
+class Policy:
+    instances: int | None = None  # None: auto
+    target: str = "vllm-openai"
+    layout: str = "contiguous"  # contiguous (L3-packed) or interleaved cores
+    base_port: int = 8001
+    name_prefix: str = "zenvllm"
+    # Plan a target this CPU cannot accelerate (it serves as vllm-openai would); the
+    # image launcher and deployments set it, so zen or pace starts anywhere, loudly.
+    allow_inactive: bool = False
+    # Memory
+    kv_fraction: float = 0.9  # of what is left on the node once weights etc. are placed
+    kv_cache_gib: int | None = None  # explicit size per instance, overrides the fraction
+    min_kv_cache_gib: int = 1
+    runtime_overhead_gib: float = 2.0  # torch + vLLM processes (measured ~2.2 GB RSS idle)
+    os_reserve_gib: float = 1.0  # per node, plus os_reserve_fraction of the node
+    os_reserve_fraction: float = 0.02
+    shm_size_mib: int = 1024  # vLLM's message queues and OpenMP's registration files
+    max_model_len: int | None = None  # None: the model's own
+    max_num_seqs: int = 256  # vLLM's scheduler default
+    # Cores
+    max_cores_per_instance: int = 64
+    tpot_target_ms: float = 50.0
+    core_bandwidth_gbs: float = 4.0  # DRAM bandwidth per core, Zen 4: ~460 GB/s / 96 cores
+    reserve_cpus: int = 1  # cores kept from OpenMP in big non-SMT slices, for the API server
+    reserve_from_cores: int = 8  # smaller non-SMT slices give OpenMP every core
+
+
+def check_policy(host: Host, policy: Policy) -> str:
+    """Refuse a policy the planner cannot follow; the inactive-target warning, or ""."""
+    if policy.target not in TARGETS:
+        raise PlanError(f"unknown target {policy.target!r}; choose one of {', '.join(TARGETS)}")
+    if policy.layout not in LAYOUTS:
+        raise PlanError(f"unknown layout {policy.layout!r}; choose one of {', '.join(LAYOUTS)}")
+    if policy.instances is not None and policy.instances < 1:
+        raise PlanError(f"--instances {policy.instances}: give 1 or more, or auto")
+    if policy.kv_cache_gib is not None and policy.kv_cache_gib < policy.min_kv_cache_gib:
+        raise PlanError(
+            f"--kv-cache-gib {policy.kv_cache_gib} is below the {policy.min_kv_cache_gib} GiB "
+            "minimum; give at least that, or leave it out to let zenvllm size it"
+        )
+    if not 0 < policy.kv_fraction <= 1:
+        raise PlanError(f"KV fraction {policy.kv_fraction} must be in (0, 1]")
+    if not 1 <= policy.base_port <= 65535:
+        raise PlanError(f"port {policy.base_port} is outside 1-65535")
+    lacking = inactive_target(host, policy)
+    if lacking and not policy.allow_inactive:
+        raise PlanError(
+            f"{lacking}. Use --target vllm-openai, a host with those features "
+            "(AMD EPYC Zen 4 or newer), or --allow-inactive to serve it anyway"
+        )
+    return lacking
+
+
+def inactive_target(host: Host, policy: Policy) -> str:
+    """Why the target would not accelerate on this CPU; "" when it would."""
+    lacking = missing_isa(TARGETS[policy.target], host)
+    if not lacking:
+        return ""
+    return (
+        f"target {policy.target} needs {', '.join(lacking)}, which this CPU "
+        f"({host.model_name or 'unknown model'}) lacks; it would run without its acceleration"
+    )
