@@ -22,13 +22,10 @@ from zenvllm.runtime.doctor import (
     OK,
     WARN,
     Check,
-    Probes,
     check_mempolicy,
     diagnose,
-    find_library,
-    get_mempolicy_errno,
-    probe,
 )
+from zenvllm.runtime.probes import Probes, find_library, get_mempolicy_errno, probe
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "hosts"
@@ -220,7 +217,7 @@ def test_zentorch_found_without_importing_it(tmp_path: Path) -> None:
     meta.mkdir()
     (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: zentorch\nVersion: 2.13.0.1\n")
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}:{SCRIPTS}"}
-    code = "from zenvllm.runtime.doctor import zentorch_version; print(zentorch_version())"
+    code = "from zenvllm.runtime.probes import zentorch_version; print(zentorch_version())"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "2.13.0.1"

@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 from zenvllm.core.topology import read_host
-from zenvllm.runtime.doctor import FAIL, diagnose, probe, render, to_dict
+from zenvllm.runtime.doctor import FAIL, diagnose, render, to_dict
+from zenvllm.runtime.probes import probe
 
 
 def run(args: argparse.Namespace) -> int:
