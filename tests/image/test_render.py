@@ -187,7 +187,11 @@ def test_cli_render_writes_a_complete_context(tmp_path):
     assert done.returncode == 0, done.stderr
     names = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
     assert {"Dockerfile", "image.json", "constraints.txt", "overrides.txt"} <= names
-    assert {"zenvllm/launcher.py", "zenvllm/plan.py", "zenvllm/topology.py"} <= names
+    shipped = {"zenvllm/runtime/launcher.py", "zenvllm/core/plan.py", "zenvllm/core/topology.py"}
+    assert shipped <= names
+    # Only the core and runtime layers: the image never runs the image or bench code.
+    package = {n for n in names if n.startswith("zenvllm/")}
+    assert {n.split("/")[1] for n in package if n.count("/") == 2} == {"core", "runtime"}
     assert json.loads((out / "image.json").read_text())["pins"]["zentorch"] == "2.13.0.1"
     assert [p.name for p in tmp_path.iterdir()] == ["ctx"]  # no temp dirs left
 

@@ -102,3 +102,16 @@ def test_bad_settings_are_refused_by_name(text, says):
     with pytest.raises(UserError, match="--deployment-json") as refused:
         Settings.from_json(text)
     assert says in str(refused.value)
+
+
+def test_the_container_names_every_file_a_deployment_writes_for_it(instance):
+    settings = Settings(config_dir="/srv/z", unit_dir="/run/systemd/system")
+    container = container_of(instance, settings)
+    assert container.files == [
+        "/srv/z/site-a-0.env",
+        "/srv/z/site-a-0.run.sh",
+        "/run/systemd/system/site-a-0.service",
+    ]
+    assert container.unit == "site-a-0.service"
+    assert f"--env-file={container.env_file}" in container.options
+    assert container.to_dict()["files"] == container.files

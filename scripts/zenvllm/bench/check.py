@@ -52,62 +52,102 @@ def check_outputs(out_dir: Path, expect: list[str] | None = None) -> list[str]:
     meta, w = result["meta"], result["meta"]["workload"]
     names = [c["name"] for c in result["configurations"]]
     problems += [f"failed: {f}" for f in meta["failures"]]
-    for name in expect or []:
-        folded = any(name in c["same_as"] for c in result["configurations"])
-        if name not in names and not folded:
-            problems.append(f"configuration {name} is missing")
+    problems += missing_configs(result["configurations"], expect or [])
     runs = result["runs"]
     summary = {s["config"]: s for s in result["summary"]}
     for name in names:
         mine = [r for r in runs if r["config"] == name]
-        if len(mine) != w["repeats"]:
-            problems.append(f"{name}: {len(mine)} runs, expected {w['repeats']} repeats")
-        for r in mine:
-            if r["failed"] or r["completed"] != w["num_prompts"]:
-                problems.append(
-                    f"{name} repeat {r['repeat']}: {r['completed']} completed, "
-                    f"{r['failed']} failed of {w['num_prompts']}"
-                )
-            if r["output_tokens"] != w["num_prompts"] * w["output_len"]:
-                problems.append(
-                    f"{name} repeat {r['repeat']}: {r['output_tokens']} output tokens,"
-                    f" expected {w['num_prompts']} x {w['output_len']}"
-                )
-            rate = r["output_tokens"] / r["window_s"]
-            if abs(rate - r["output_tok_s"]) > 0.01 + 1e-4 * rate:
-                problems.append(
-                    f"{name} repeat {r['repeat']}: output_tok_s {r['output_tok_s']} "
-                    f"is not output_tokens / window_s = {rate:.2f}"
-                )
-        s = summary.get(name)
-        if s is None:
-            problems.append(f"{name}: no summary row")
-            continue
-        out = [r["output_tok_s"] for r in mine]
-        if out and (s["output_tok_s"], s["output_min"], s["output_max"]) != (
-            round(statistics.median(out), 1),
-            round(min(out), 1),
-            round(max(out), 1),
-        ):
-            problems.append(f"{name}: summary {s['output_tok_s']} is not the median of {out}")
-    stock = summary.get(STOCK)
-    if stock is None:
-        problems.append("no stock summary: ratios have no baseline")
-    else:
-        for s in summary.values():
-            want = round(s["output_tok_s"] / stock["output_tok_s"], 3)
-            if s["ratio"] is None or abs(s["ratio"] - want) > 5e-4:
-                problems.append(
-                    f"{s['config']}: ratio {s['ratio']} is not "
-                    f"{s['output_tok_s']} / {stock['output_tok_s']} = {want}"
-                )
+        problems += config_problems(name, mine, summary.get(name), w)
+    problems += ratio_problems(summary)
     problems += compare_csv(out_dir / "runs.csv", runs, "runs.csv")
     problems += compare_csv(out_dir / "summary.csv", result["summary"], "summary.csv")
-    table = (out_dir / "table.md").read_text() if (out_dir / "table.md").is_file() else ""
+    problems += table_problems(out_dir / "table.md", summary)
+    problems += plot_problems(out_dir)
+    return problems
+
+
+def missing_configs(configurations: list[dict], expect: list[str]) -> list[str]:
+    """An expected configuration counts as run when it ran or was folded into one that did."""
+    names = [c["name"] for c in configurations]
+    problems = []
+    for name in expect:
+        folded = any(name in c["same_as"] for c in configurations)
+        if name not in names and not folded:
+            problems.append(f"configuration {name} is missing")
+    return problems
+
+
+def run_problems(name: str, r: dict, w: dict) -> list[str]:
+    """A repeat that lost requests or tokens, or whose rate does not follow from them."""
+    problems = []
+    if r["failed"] or r["completed"] != w["num_prompts"]:
+        problems.append(
+            f"{name} repeat {r['repeat']}: {r['completed']} completed, "
+            f"{r['failed']} failed of {w['num_prompts']}"
+        )
+    if r["output_tokens"] != w["num_prompts"] * w["output_len"]:
+        problems.append(
+            f"{name} repeat {r['repeat']}: {r['output_tokens']} output tokens,"
+            f" expected {w['num_prompts']} x {w['output_len']}"
+        )
+    rate = r["output_tokens"] / r["window_s"]
+    if abs(rate - r["output_tok_s"]) > 0.01 + 1e-4 * rate:
+        problems.append(
+            f"{name} repeat {r['repeat']}: output_tok_s {r['output_tok_s']} "
+            f"is not output_tokens / window_s = {rate:.2f}"
+        )
+    return problems
+
+
+def config_problems(name: str, mine: list[dict], s: dict | None, w: dict) -> list[str]:
+    """One configuration: every repeat ran cleanly and its summary row follows from them."""
+    problems = []
+    if len(mine) != w["repeats"]:
+        problems.append(f"{name}: {len(mine)} runs, expected {w['repeats']} repeats")
+    for r in mine:
+        problems += run_problems(name, r, w)
+    if s is None:
+        return [*problems, f"{name}: no summary row"]
+    out = [r["output_tok_s"] for r in mine]
+    if out and (s["output_tok_s"], s["output_min"], s["output_max"]) != (
+        round(statistics.median(out), 1),
+        round(min(out), 1),
+        round(max(out), 1),
+    ):
+        problems.append(f"{name}: summary {s['output_tok_s']} is not the median of {out}")
+    return problems
+
+
+def ratio_problems(summary: dict[str, dict]) -> list[str]:
+    """Every ratio is a quotient by stock's throughput, so stock's row must be there."""
+    stock = summary.get(STOCK)
+    if stock is None:
+        return ["no stock summary: ratios have no baseline"]
+    problems = []
+    for s in summary.values():
+        want = round(s["output_tok_s"] / stock["output_tok_s"], 3)
+        if s["ratio"] is None or abs(s["ratio"] - want) > 5e-4:
+            problems.append(
+                f"{s['config']}: ratio {s['ratio']} is not "
+                f"{s['output_tok_s']} / {stock['output_tok_s']} = {want}"
+            )
+    return problems
+
+
+def table_problems(path: Path, summary: dict[str, dict]) -> list[str]:
+    """table.md is what people read: it must show each row's name, throughput and ratio."""
+    table = path.read_text() if path.is_file() else ""
+    problems = []
     for s in summary.values():
         for text in (f"| {s['config']}", f"{s['output_tok_s']:g}", f"{s['ratio']:.3f}x"):
             if s["ratio"] is not None and text not in table:
                 problems.append(f"table.md lacks {text!r} for {s['config']}")
+    return problems
+
+
+def plot_problems(out_dir: Path) -> list[str]:
+    """A plot that failed can leave an empty or truncated file behind; read its header."""
+    problems = []
     for png in ("throughput.png", "latency.png"):
         size = png_size(out_dir / png)
         if not size or min(size) < 100:

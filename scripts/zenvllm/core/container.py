@@ -39,7 +39,8 @@ class Settings:
     serve_args: tuple[str, ...] = ("--dtype=bfloat16",)
     user: str = "10001:10001"
     seccomp_profile: str = ""  # "" = the engine's default profile
-    config_dir: str = "/etc/zenvllm"  # where the env file lives
+    config_dir: str = "/etc/zenvllm"  # where the env file and run script live
+    unit_dir: str = "/etc/systemd/system"
     # systemd runs it in the foreground; "engine" restarts it; "none" (a benchmark's
     # short-lived server) leaves it detached and stopped when it stops.
     supervisor: str = "systemd"
@@ -88,6 +89,9 @@ class Container:
     command: tuple[str, ...]  # the image's arguments (the launcher passes them to vLLM)
     env: dict[str, str]  # the env file's content, secrets aside
     env_file: str
+    run_script: str  # what the engine-supervised deployment runs
+    unit: str  # systemd's name for it
+    unit_file: str
     config_hash: str
     restart: str  # the engine's restart policy
     foreground: bool  # systemd's: in the foreground, removed when it stops
@@ -103,8 +107,13 @@ class Container:
         """The env file without secrets (Ansible's template adds the header and secrets)."""
         return "".join(f"{key}={value}\n" for key, value in sorted(self.env.items()))
 
+    @property
+    def files(self) -> list[str]:
+        """Every file a deployment writes for this instance (and refuses to take over)."""
+        return [self.env_file, self.run_script, self.unit_file]
+
     def to_dict(self) -> dict:
-        return {**asdict(self), "run_args": self.run_args}
+        return {**asdict(self), "run_args": self.run_args, "files": self.files}
 
 
 def placement(instance) -> list[str]:
@@ -166,6 +175,9 @@ def container_of(instance, settings: Settings) -> Container:
         command=tuple(command),
         env=env,
         env_file=env_file,
+        run_script=f"{settings.config_dir}/{name}.run.sh",
+        unit=f"{name}.service",
+        unit_file=f"{settings.unit_dir}/{name}.service",
         config_hash=config_hash,
         restart=SUPERVISORS[settings.supervisor],
         foreground=settings.supervisor == "systemd",
