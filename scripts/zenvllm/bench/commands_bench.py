@@ -11,7 +11,7 @@ from zenvllm.bench import gateway, layouts, results, runner
 from zenvllm.bench.gateway import Deployment
 from zenvllm.core.arguments import real, whole
 from zenvllm.core.errors import UserError
-from zenvllm.core.host import GIB
+from zenvllm.core.host import GIB, Host
 from zenvllm.core.model import read_model
 from zenvllm.core.topology import read_host
 from zenvllm.image import outputs, render
@@ -58,54 +58,11 @@ def run(args: argparse.Namespace) -> int:
     names = layouts.parse_configs(args.configs, args.quick)
     host = read_host()
     configs, notes = layouts.resolve(names, host, model, args.base_port, max_len)
-
-    images = {"vllm-openai": args.image or default_image("vllm-openai")}
-    if any(c.target == "zen" for c in configs):
-        images["zen"] = args.zen_image or default_image("zen")
-    for target, tag in images.items():
-        if not image_present(tag):
-            if target == "vllm-openai":
-                raise UserError(
-                    f"image {tag} not found; build it with `make image` (or pass --image TAG)"
-                )
-            notes.append(
-                f"zen configurations skipped: image {tag} not built (make image TARGET=zen)"
-            )
-            configs = [c for c in configs if c.target != "zen"]
-
-    eager = not (workload.enforce_eager or args.compile or has_compiler(images["vllm-openai"]))
-    if eager:
-        workload = replace(workload, enforce_eager=True)
-        notes.append(
-            f"{images['vllm-openai']} has no C++ compiler, which torch.compile needs on the "
-            "CPU: every configuration (stock included) runs with --enforce-eager"
-        )
-    gateway_url, deployment = None, None
-    if any(c.kind == "gateway" for c in configs):
-        if args.gateway == "deploy":
-            serve = ["--dtype", "bfloat16"] + (
-                ["--enforce-eager"] if workload.enforce_eager else []
-            )
-            deployment = Deployment(
-                work=args.out.resolve().parent / f".{args.out.name}.gateway",
-                model_dir=model_dir,
-                image=images["vllm-openai"],
-                port=args.base_port + 90,
-                base_port=args.base_port + 91,
-                serve_args=tuple(serve),
-                max_model_len=max_len,
-            )
-            gateway.check_paths(deployment)  # before any work
-            notes.append(
-                f"gateway: deploy.yml's own deployment (planner auto, nginx on :{deployment.port})"
-            )
-        elif args.gateway:
-            gateway_url = args.gateway
-            notes.append(f"gateway: the running deployment at {gateway_url}")
-        else:
-            notes.append("gateway: skipped; pass --gateway deploy or --gateway URL")
-            configs = [c for c in configs if c.kind != "gateway"]
-
+    images, configs = choose_images(args, configs, notes)
+    workload = eager_if_needed(args, workload, images["vllm-openai"], notes)
+    gateway_url, deployment, configs = choose_gateway(
+        args, configs, notes, model_dir, images["vllm-openai"], workload, max_len
+    )
     for note in notes:
         runner.say(f"note: {note}")
     settings = runner.Settings(
@@ -119,23 +76,124 @@ def run(args: argparse.Namespace) -> int:
         gateway_deploy=deployment,
         start_timeout_s=args.start_timeout,
         plots=not args.no_plots,
-        host_label=(
-            f"{host.model_name or 'unknown CPU'}, {len(host.allowed_cpus)} CPUs, "
-            f"{len(host.nodes)} NUMA node(s), {host.mem_total_bytes / GIB:.0f} GiB"
-        ),
+        host_label=describe_host(host),
         notes=notes,
     )
     if args.dry_run:
-        plan = {
-            "configurations": [results.config_dict(c, images.get(c.target)) for c in configs],
-            "workload": asdict(workload),
-            "notes": notes,
-        }
-        print(json.dumps(plan, indent=2))
-        return 0
+        return print_plan(configs, images, workload, notes)
     result, status = runner.run_bench(configs, settings)
     runner.print_summary(result, args.out)
     return status
+
+
+def choose_images(
+    args: argparse.Namespace, configs: list[layouts.Configuration], notes: list[str]
+) -> tuple[dict[str, str], list[layouts.Configuration]]:
+    """Stock is the baseline, so its image must exist; without the zen image the zen
+    configurations are skipped with a note rather than failing the run."""
+    images = {"vllm-openai": args.image or default_image("vllm-openai")}
+    if any(c.target == "zen" for c in configs):
+        images["zen"] = args.zen_image or default_image("zen")
+    for target, tag in images.items():
+        if not image_present(tag):
+            if target == "vllm-openai":
+                raise UserError(
+                    f"image {tag} not found; build it with `make image` (or pass --image TAG)"
+                )
+            notes.append(
+                f"zen configurations skipped: image {tag} not built (make image TARGET=zen)"
+            )
+            configs = [c for c in configs if c.target != "zen"]
+    return images, configs
+
+
+def eager_if_needed(
+    args: argparse.Namespace, workload: layouts.Workload, image: str, notes: list[str]
+) -> layouts.Workload:
+    """Without a C++ compiler torch.compile fails, so every configuration (stock too, to
+    keep the comparison fair) runs eager; --compile keeps compiled mode regardless."""
+    eager = not (workload.enforce_eager or args.compile or has_compiler(image))
+    if eager:
+        workload = replace(workload, enforce_eager=True)
+        notes.append(
+            f"{image} has no C++ compiler, which torch.compile needs on the "
+            "CPU: every configuration (stock included) runs with --enforce-eager"
+        )
+    return workload
+
+
+def choose_gateway(
+    args: argparse.Namespace,
+    configs: list[layouts.Configuration],
+    notes: list[str],
+    model_dir: Path,
+    image: str,
+    workload: layouts.Workload,
+    max_len: int,
+) -> tuple[str | None, Deployment | None, list[layouts.Configuration]]:
+    """(gateway URL, deployment, configurations): --gateway picks deploy.yml's own
+    deployment or a running one; without it the gateway configurations are dropped."""
+    gateway_url, deployment = None, None
+    if any(c.kind == "gateway" for c in configs):
+        if args.gateway == "deploy":
+            deployment = gateway_deployment(args, model_dir, image, workload, max_len)
+            notes.append(
+                f"gateway: deploy.yml's own deployment (planner auto, nginx on :{deployment.port})"
+            )
+        elif args.gateway:
+            gateway_url = args.gateway
+            notes.append(f"gateway: the running deployment at {gateway_url}")
+        else:
+            notes.append("gateway: skipped; pass --gateway deploy or --gateway URL")
+            configs = [c for c in configs if c.kind != "gateway"]
+    return gateway_url, deployment, configs
+
+
+def gateway_deployment(
+    args: argparse.Namespace,
+    model_dir: Path,
+    image: str,
+    workload: layouts.Workload,
+    max_len: int,
+) -> Deployment:
+    """The deployment serves like the servers it is compared with (same image, eager
+    mode, context), on ports above theirs; its paths are checked before any work."""
+    serve = ["--dtype", "bfloat16"] + (["--enforce-eager"] if workload.enforce_eager else [])
+    deployment = Deployment(
+        work=args.out.resolve().parent / f".{args.out.name}.gateway",
+        model_dir=model_dir,
+        image=image,
+        port=args.base_port + 90,
+        base_port=args.base_port + 91,
+        serve_args=tuple(serve),
+        max_model_len=max_len,
+    )
+    gateway.check_paths(deployment)  # before any work
+    return deployment
+
+
+def describe_host(host: Host) -> str:
+    """The machine in one line, for the report's title and meta."""
+    return (
+        f"{host.model_name or 'unknown CPU'}, {len(host.allowed_cpus)} CPUs, "
+        f"{len(host.nodes)} NUMA node(s), {host.mem_total_bytes / GIB:.0f} GiB"
+    )
+
+
+def print_plan(
+    configs: list[layouts.Configuration],
+    images: dict[str, str],
+    workload: layouts.Workload,
+    notes: list[str],
+) -> int:
+    """--dry-run: what would run, as JSON, so it can be checked before hours of measuring."""
+    plan = {
+        "configurations": [results.config_dict(c, images.get(c.target)) for c in configs],
+        "workload": asdict(workload),
+        "notes": notes,
+    }
+    print(json.dumps(plan, indent=2))
+    return 0
 
 
 positive = whole(1)

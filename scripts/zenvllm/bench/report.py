@@ -100,6 +100,20 @@ def markdown(result: dict) -> str:
 
 def plot(result: dict, out_dir: Path) -> list[Path]:
     """throughput.png (median bars, min-max whiskers, the 1.3x line) and latency.png."""
+    plt = pyplot()
+    summaries = [Summary(**s) for s in result["summary"]]
+    names = [s.config for s in summaries]
+    colors = ["#7f7f7f" if n == STOCK else "#d62728" if n == PLANNER else "#1f77b4" for n in names]
+    title = f"{result['meta']['model']} on {result['meta']['host']}"
+    paths = [out_dir / "throughput.png", out_dir / "latency.png"]
+    throughput_plot(plt, summaries, colors, title, paths[0])
+    latency_plot(plt, summaries, colors, title, paths[1])
+    return paths
+
+
+def pyplot():  # noqa: ANN201 - matplotlib.pyplot, imported only here
+    """matplotlib is optional (the bench extra), so it is imported only when plotting,
+    headless (Agg), and its absence is a UserError naming the fix."""
     try:
         import matplotlib
 
@@ -109,12 +123,15 @@ def plot(result: dict, out_dir: Path) -> list[Path]:
         raise UserError(
             f"plots need matplotlib ({err}); pip install 'zenvllm[bench]' or pass --no-plots"
         ) from None
+    return plt
 
-    summaries = [Summary(**s) for s in result["summary"]]
+
+def throughput_plot(
+    plt, summaries: list[Summary], colors: list[str], title: str, path: Path
+) -> None:
+    """Output tok/s per configuration, each bar labelled with its ratio to stock, and
+    the acceptance line the planner's bar has to clear."""
     names = [s.config for s in summaries]
-    colors = ["#7f7f7f" if n == STOCK else "#d62728" if n == PLANNER else "#1f77b4" for n in names]
-    title = f"{result['meta']['model']} on {result['meta']['host']}"
-
     fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(names)), 4.5))
     med = [s.output_tok_s for s in summaries]
     err = [
@@ -147,10 +164,13 @@ def plot(result: dict, out_dir: Path) -> list[Path]:
     ax.set_title(f"Output throughput\n{title}", fontsize=10)
     ax.tick_params(axis="x", rotation=20)
     fig.tight_layout()
-    paths = [out_dir / "throughput.png"]
-    fig.savefig(paths[0], dpi=110)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
 
+
+def latency_plot(plt, summaries: list[Summary], colors: list[str], title: str, path: Path) -> None:
+    """TTFT and TPOT side by side: throughput bought with latency should show."""
+    names = [s.config for s in summaries]
     fig, (left, right) = plt.subplots(1, 2, figsize=(max(8, 2 * len(names)), 4.2))
     for ax, key, label in ((left, "ttft", "TTFT ms"), (right, "tpot", "TPOT ms")):
         mid = [getattr(s, f"{key}_ms") for s in summaries]
@@ -162,10 +182,8 @@ def plot(result: dict, out_dir: Path) -> list[Path]:
         ax.tick_params(axis="x", rotation=30)
     fig.suptitle(f"Latency: {title}", fontsize=10)
     fig.tight_layout()
-    paths.append(out_dir / "latency.png")
-    fig.savefig(paths[1], dpi=110)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
-    return paths
 
 
 def write_outputs(result: dict, out_dir: Path, plots: bool = True) -> list[Path]:
