@@ -182,7 +182,7 @@ def test_numa_syscalls_not_permitted_in_the_container():
         "/opt/venv/bin/python",
         IMAGE,
         "-m",
-        "zenvllm",
+        "zenvllm.runtime",
         "doctor",
         check=False,
     )

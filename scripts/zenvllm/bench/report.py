@@ -8,6 +8,7 @@ import io
 import json
 from dataclasses import asdict, fields
 from pathlib import Path
+from types import ModuleType
 
 from zenvllm.bench.layouts import ACCEPTANCE_RATIO, PLANNER, STOCK, Configuration
 from zenvllm.bench.results import Run, Summary, configs_from_dicts
@@ -111,7 +112,7 @@ def plot(result: dict, out_dir: Path) -> list[Path]:
     return paths
 
 
-def pyplot():  # noqa: ANN201 - matplotlib.pyplot, imported only here
+def pyplot() -> ModuleType:
     """matplotlib is optional (the bench extra), so it is imported only when plotting,
     headless (Agg), and its absence is a UserError naming the fix."""
     try:
@@ -127,7 +128,7 @@ def pyplot():  # noqa: ANN201 - matplotlib.pyplot, imported only here
 
 
 def throughput_plot(
-    plt, summaries: list[Summary], colors: list[str], title: str, path: Path
+    plt: ModuleType, summaries: list[Summary], colors: list[str], title: str, path: Path
 ) -> None:
     """Output tok/s per configuration, each bar labelled with its ratio to stock, and
     the acceptance line the planner's bar has to clear."""
@@ -168,7 +169,9 @@ def throughput_plot(
     plt.close(fig)
 
 
-def latency_plot(plt, summaries: list[Summary], colors: list[str], title: str, path: Path) -> None:
+def latency_plot(
+    plt: ModuleType, summaries: list[Summary], colors: list[str], title: str, path: Path
+) -> None:
     """TTFT and TPOT side by side: throughput bought with latency should show."""
     names = [s.config for s in summaries]
     fig, (left, right) = plt.subplots(1, 2, figsize=(max(8, 2 * len(names)), 4.2))

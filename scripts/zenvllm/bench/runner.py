@@ -177,30 +177,8 @@ def measure(
     tag = f"[{index}/{total}] {config.name}"
     try:
         if config.servers:
-            for s in config.servers:
-                if port_in_use(s.port):
-                    raise UserError(
-                        f"port {s.port} is already in use (needed by {config.name}); stop what "
-                        "listens there or pass --base-port"
-                    )
-            say(f"{tag}: starting {config.shape} ({image})")
-            container = layouts.container_settings(
-                image, settings.model_dir, settings.max_model_len, w.enforce_eager, raw
-            )
-            for s in config.servers:
-                launch = layouts.server_launch(s, container, run_id)
-                for path, text in launch.files.items():
-                    Path(path).write_text(text)
-                DOCKER.run(*launch.argv, check=True)
-            took = wait_ready([(s.name, s.port) for s in config.servers], settings.start_timeout_s)
-            say(f"{tag}: ready in {took:.0f} s")
-        if config.kind == "gateway":
-            url = gateway_endpoint(settings, raw, tag)
-            endpoints = [(url, served_model(url))]
-        else:
-            endpoints = [
-                (f"http://127.0.0.1:{s.port}", layouts.MODEL_MOUNT) for s in config.servers
-            ]
+            start_servers(config, settings, image, raw, run_id, tag)
+        endpoints = config_endpoints(config, settings, raw, tag)
         shares = w.shares(len(endpoints))
         if w.warmup_prompts:
             warm = [replace(s, num_prompts=max(1, s.warmup_prompts)) for s in shares]
@@ -224,6 +202,46 @@ def measure(
         stop(config.servers, raw)
         if config.kind == "gateway" and settings.gateway_deploy:
             gateway.teardown(settings.gateway_deploy, raw)
+
+
+def start_servers(
+    config: Configuration,
+    settings: Settings,
+    image: str,
+    raw: Path,
+    run_id: str,
+    tag: str,
+) -> None:
+    """Check every port is free before starting any server, so a clash is a clear error
+    rather than a container that never turns healthy; then start them and wait."""
+    for s in config.servers:
+        if port_in_use(s.port):
+            raise UserError(
+                f"port {s.port} is already in use (needed by {config.name}); stop what "
+                "listens there or pass --base-port"
+            )
+    say(f"{tag}: starting {config.shape} ({image})")
+    container = layouts.container_settings(
+        image, settings.model_dir, settings.max_model_len, settings.workload.enforce_eager, raw
+    )
+    for s in config.servers:
+        launch = layouts.server_launch(s, container, run_id)
+        for path, text in launch.files.items():
+            Path(path).write_text(text)
+        DOCKER.run(*launch.argv, check=True)
+    took = wait_ready([(s.name, s.port) for s in config.servers], settings.start_timeout_s)
+    say(f"{tag}: ready in {took:.0f} s")
+
+
+def config_endpoints(
+    config: Configuration, settings: Settings, raw: Path, tag: str
+) -> list[tuple[str, str]]:
+    """(base URL, served model name) per client: the gateway serves under its own model
+    name, a server started here under the mount path."""
+    if config.kind == "gateway":
+        url = gateway_endpoint(settings, raw, tag)
+        return [(url, served_model(url))]
+    return [(f"http://127.0.0.1:{s.port}", layouts.MODEL_MOUNT) for s in config.servers]
 
 
 def stop(servers: tuple[layouts.Server, ...], raw: Path) -> None:
