@@ -23,7 +23,7 @@ from conftest import REPO, require, require_tool
 from support.engine import ZENVLLM, build, docker, engine_env, engine_ready
 from support.tiny_model import ensure_tiny_model
 
-from zenvllm.bench import check, gateway, layouts
+from zenvllm.bench import check, gateway, launch, layouts
 
 pytestmark = pytest.mark.bench
 
@@ -38,7 +38,7 @@ def engine(*args: str) -> subprocess.CompletedProcess:
 
 
 def bench_containers(run_id: str = "") -> list[str]:
-    label = f"label={layouts.BENCH_LABEL}" + (f"={run_id}" if run_id else "")
+    label = f"label={launch.BENCH_LABEL}" + (f"={run_id}" if run_id else "")
     return engine("ps", "-a", "--filter", label, "-q").stdout.split()
 
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zenvllm.bench import check, layouts, report, results
+from zenvllm.bench import check, launch, layouts, report, results
 from zenvllm.core.container import Settings, container_of
 from zenvllm.core.errors import UserError
 from zenvllm.core.host import MIB
@@ -91,7 +91,7 @@ def test_full_workload_is_amds_shape_scaled():
 
 def test_client_args_ask_vllm_for_exactly_the_workload():
     share = replace(layouts.FULL, num_prompts=32, concurrency=4, seed=7)
-    args = layouts.client_args("http://127.0.0.1:8402", "/model", share, "/results", "a.json")
+    args = launch.client_args("http://127.0.0.1:8402", "/model", share, "/results", "a.json")
     opts = dict(zip(args[2::2], args[3::2], strict=False))
     assert args[:2] == ["bench", "serve"]
     assert "--ignore-eos" in args  # every request yields exactly output_len tokens
@@ -177,14 +177,14 @@ def test_zen_is_skipped_with_a_reason_where_the_cpu_cannot_run_it():
 
 
 def bench_settings(eager: bool = False) -> Settings:
-    return layouts.container_settings("img:1", Path("/m"), 512, eager, Path("/run/b"))
+    return launch.container_settings("img:1", Path("/m"), 512, eager, Path("/run/b"))
 
 
 def test_stock_is_what_vllms_docs_give():
     (stock, *_), _ = layouts.resolve(["stock"], host("test-machine-zen4-2cpu"), TINY, 8401, 512)
-    launch = layouts.server_launch(stock.servers[0], bench_settings(), "r1")
-    argv = launch.argv
-    assert launch.files == {}
+    spec = launch.server_launch(stock.servers[0], bench_settings(), "r1")
+    argv = spec.argv
+    assert spec.files == {}
     assert "VLLM_CPU_OMP_THREADS_BIND=auto" in argv
     assert f"VLLM_CPU_KVCACHE_SPACE={layouts.STOCK_KV_GIB}" in argv
     assert not any(a.startswith(("--cpuset", "--memory")) for a in argv)
@@ -194,34 +194,34 @@ def test_stock_is_what_vllms_docs_give():
     assert argv[argv.index("--entrypoint") + 1] == "vllm"
     assert argv[argv.index("img:1") + 1 :][:2] == ["serve", layouts.MODEL_MOUNT]
     assert "--enforce-eager" not in argv
-    assert f"{layouts.BENCH_LABEL}=r1" in argv
+    assert f"{launch.BENCH_LABEL}=r1" in argv
 
 
 def test_planned_servers_run_the_deployments_container():
     configs, _ = layouts.resolve(["stock", "auto"], host("vm-milan-8vcpu-avx2"), TINY, 8401, 512)
     second = configs[1].servers[1]
     settings = bench_settings(eager=True)
-    launch = layouts.server_launch(second, settings, "r1")
+    spec = launch.server_launch(second, settings, "r1")
     container = container_of(second.instance, settings)
     # The container contract's own argv, plus only the run's label.
-    assert launch.argv == [
+    assert spec.argv == [
         "run",
         "--label",
-        f"{layouts.BENCH_LABEL}=r1",
+        f"{launch.BENCH_LABEL}=r1",
         *container.run_args[1:],
     ]
-    argv = launch.argv
+    argv = spec.argv
     assert "--cpuset-cpus=2" in argv and "--cpuset-mems=0" in argv
     assert "--network=host" in argv and "--cap-drop=ALL" in argv
-    assert f"--security-opt=seccomp={layouts.SECCOMP_PROFILE}" in argv
-    assert layouts.SECCOMP_PROFILE.is_file()
+    assert f"--security-opt=seccomp={launch.SECCOMP_PROFILE}" in argv
+    assert launch.SECCOMP_PROFILE.is_file()
     assert "--entrypoint" not in argv  # the image's launcher validates the plan
     assert "--port=8402" in argv and "--enforce-eager" in argv
-    assert argv[:4] == ["run", "--label", f"{layouts.BENCH_LABEL}=r1", "--detach"]
+    assert argv[:4] == ["run", "--label", f"{launch.BENCH_LABEL}=r1", "--detach"]
     assert "--restart=no" in argv and "--rm" not in argv  # the bench reads its log first
     env_file = f"/run/b/{second.name}.env"
     assert f"--env-file={env_file}" in argv
-    env = dict(line.split("=", 1) for line in launch.files[env_file].splitlines())
+    env = dict(line.split("=", 1) for line in spec.files[env_file].splitlines())
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "2" and env["HF_HUB_OFFLINE"] == "1"
     assert json.loads(env["ZENVLLM_PLAN"])["cpus"] == "2"
     assert argv[-1] == "--enforce-eager"

@@ -10,9 +10,7 @@ checks those files.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
-from zenvllm.core.container import Container, Settings, container_of
 from zenvllm.core.cores import usable_cores
 from zenvllm.core.errors import PlanError, UserError
 from zenvllm.core.host import Host
@@ -24,12 +22,6 @@ from zenvllm.core.topology import format_cpu_list, parse_cpu_list
 STOCK_KV_GIB = 4
 # vLLM's CPU guide's `docker run` example.
 STOCK_SHM = "4g"
-# The guide's example: lets vLLM bind memory (get_mempolicy, migrate_pages).
-STOCK_SECURITY = ("--cap-add", "SYS_NICE", "--security-opt", "seccomp=unconfined")
-# The planner's layouts run the container a deployment runs, its seccomp profile too.
-SECCOMP_PROFILE = (
-    Path(__file__).resolve().parents[3] / "ansible/roles/zenvllm_instances/files/seccomp-numa.json"
-)
 MODEL_MOUNT = "/model"
 STOCK = "stock"
 PLANNER = "auto"  # the configuration that is the planner's own choice
@@ -104,48 +96,6 @@ QUICK = Workload(
     warmup_prompts=4,
     enforce_eager=True,
 )
-
-
-def client_args(
-    base_url: str, model: str, share: Workload, result_dir: str, result_name: str
-) -> list[str]:
-    """`vllm bench serve` arguments for one client; --ignore-eos makes every request
-    produce exactly output_len tokens, so configurations do the same work."""
-    return [
-        "bench",
-        "serve",
-        "--backend",
-        "openai",
-        "--base-url",
-        base_url,
-        "--model",
-        model,
-        "--tokenizer",
-        MODEL_MOUNT,
-        "--dataset-name",
-        "random",
-        "--random-input-len",
-        str(share.input_len),
-        "--random-output-len",
-        str(share.output_len),
-        "--num-prompts",
-        str(share.num_prompts),
-        "--max-concurrency",
-        str(share.concurrency),
-        "--request-rate",
-        "inf",
-        "--ignore-eos",
-        "--seed",
-        str(share.seed),
-        "--percentile-metrics",
-        "ttft,tpot,itl,e2el",
-        "--disable-tqdm",
-        "--save-result",
-        "--result-dir",
-        result_dir,
-        "--result-filename",
-        result_name,
-    ]
 
 
 # -- configurations ----------------------------------------------------------
@@ -337,92 +287,3 @@ def resolve(
             continue
         configs.append(config)
     return configs, notes
-
-
-# -- container commands (argv only; bench_run executes them) --------------------
-
-BENCH_LABEL = "io.zenvllm.bench"
-
-
-@dataclass(frozen=True)
-class Launch:
-    """How the bench starts one server: its `docker run` argv, and the files
-    (path -> text) to write before it runs."""
-
-    argv: list[str]
-    files: dict[str, str]
-
-
-def container_settings(
-    image: str, model_dir: Path, max_model_len: int, eager: bool, env_dir: Path
-) -> Settings:
-    """A deployment's settings for a bench run: the same image, model and security."""
-    return Settings(
-        deployment="zenvllm-bench",
-        image=image,
-        model_dir=str(model_dir),
-        container_model_dir=MODEL_MOUNT,
-        served_model_name=MODEL_MOUNT,  # what the clients ask for
-        max_model_len=max_model_len,
-        serve_args=("--dtype=bfloat16", *(["--enforce-eager"] if eager else [])),
-        seccomp_profile=str(SECCOMP_PROFILE),
-        config_dir=str(env_dir),
-        supervisor="none",  # the bench stops it, reads its log and removes it
-    )
-
-
-def stock_command(
-    server: Server, image: str, model_dir: Path, max_model_len: int, eager: bool
-) -> list[str]:
-    """vLLM's CPU guide's `docker run`. `--entrypoint vllm` bypasses the image's launcher,
-    so no planner touches the baseline."""
-    argv = ["run", "-d", "--name", server.name, "--network", "host", *STOCK_SECURITY]
-    argv += [*server.docker_args, "-v", f"{model_dir}:{MODEL_MOUNT}:ro"]
-    for key, value in sorted({**server.env, "HF_HUB_OFFLINE": "1"}.items()):
-        argv += ["-e", f"{key}={value}"]
-    argv += ["--entrypoint", "vllm", image, "serve", MODEL_MOUNT, "--dtype", "bfloat16"]
-    argv += ["--max-model-len", str(max_model_len), "--host", "127.0.0.1"]
-    argv += ["--port", str(server.port)]
-    return argv + (["--enforce-eager"] if eager else [])
-
-
-def server_launch(server: Server, settings: Settings, run_id: str) -> Launch:
-    """Stock runs the guide's command; a planner layout runs its instance's container,
-    exactly as `zenvllm plan --json` gives it to a deployment (launcher, env file,
-    least privilege), so the bench measures what deployments run."""
-    label = ["--label", f"{BENCH_LABEL}={run_id}"]
-    if server.instance is None:
-        model_dir = Path(settings.model_dir)
-        eager = "--enforce-eager" in settings.serve_args
-        argv = stock_command(server, settings.image, model_dir, settings.max_model_len, eager)
-        return Launch([argv[0], *label, *argv[1:]], {})
-    container: Container = container_of(server.instance, settings)
-    argv = container.run_args
-    return Launch([argv[0], *label, *argv[1:]], {container.env_file: container.env_text})
-
-
-def client_command(
-    name: str, image: str, model_dir: Path, result_dir: Path, run_id: str, args: list[str]
-) -> list[str]:
-    """`docker run` argv for one `vllm bench serve` client, from the image itself, so the
-    host needs no vLLM. Clients are not pinned: they float like any client on the host."""
-    return [
-        "run",
-        "--rm",
-        "--name",
-        name,
-        "--label",
-        f"{BENCH_LABEL}={run_id}",
-        "--network",
-        "host",
-        "-e",
-        "HF_HUB_OFFLINE=1",
-        "-v",
-        f"{model_dir}:{MODEL_MOUNT}:ro",
-        "-v",
-        f"{result_dir}:/results",
-        "--entrypoint",
-        "vllm",
-        image,
-        *args,
-    ]

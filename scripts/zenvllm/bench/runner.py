@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from zenvllm.bench import gateway, layouts, report, results
+from zenvllm.bench import gateway, launch, layouts, report, results
 from zenvllm.bench.gateway import Deployment
 from zenvllm.bench.layouts import Configuration, Workload
 from zenvllm.bench.results import Run
@@ -114,9 +114,9 @@ def run_clients(
     procs = []
     for i, ((url, served), share) in enumerate(zip(endpoints, shares, strict=True)):
         result_name = f"{stem}-client{i}.json"
-        args = layouts.client_args(url, served, share, "/results", result_name)
+        args = launch.client_args(url, served, share, "/results", result_name)
         name = f"zenvllm-bench-client-{run_id}-{stem}-{i}"
-        argv = layouts.client_command(name, image, settings.model_dir, result_dir, run_id, args)
+        argv = launch.client_command(name, image, settings.model_dir, result_dir, run_id, args)
         log = (result_dir / f"{stem}-client{i}.log").open("w")
         procs.append((DOCKER.stream(*argv, out=log), result_name))
     deadline = time.monotonic() + settings.client_timeout_s
@@ -221,14 +221,14 @@ def start_servers(
                 "listens there or pass --base-port"
             )
     say(f"{tag}: starting {config.shape} ({image})")
-    container = layouts.container_settings(
+    container = launch.container_settings(
         image, settings.model_dir, settings.max_model_len, settings.workload.enforce_eager, raw
     )
     for s in config.servers:
-        launch = layouts.server_launch(s, container, run_id)
-        for path, text in launch.files.items():
+        spec = launch.server_launch(s, container, run_id)
+        for path, text in spec.files.items():
             Path(path).write_text(text)
-        DOCKER.run(*launch.argv, check=True)
+        DOCKER.run(*spec.argv, check=True)
     took = wait_ready([(s.name, s.port) for s in config.servers], settings.start_timeout_s)
     say(f"{tag}: ready in {took:.0f} s")
 
@@ -253,7 +253,7 @@ def stop(servers: tuple[layouts.Server, ...], raw: Path) -> None:
 
 
 def remove_labelled(run_id: str) -> None:
-    ids = DOCKER.run("ps", "-aq", "--filter", f"label={layouts.BENCH_LABEL}={run_id}")
+    ids = DOCKER.run("ps", "-aq", "--filter", f"label={launch.BENCH_LABEL}={run_id}")
     for cid in ids.stdout.split():
         DOCKER.run("rm", "-f", cid, timeout=120)
 
