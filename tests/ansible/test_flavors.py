@@ -250,7 +250,8 @@ def test_files_of_the_same_name_zenvllm_did_not_write_are_refused_untouched(tmp_
     before = {p: p.read_bytes() for p in (*units.iterdir(), *etc.iterdir())}
     run = render_one(tmp_path, "systemd", zenvllm_instances_count=2)
     assert run.rc != 0
-    assert f"{etc}/zenvllm-1.env, {units}/zenvllm-0.service exist(s)" in run.output, run.output[
+    # In the plan's order: each instance's env file, run script and unit.
+    assert f"{units}/zenvllm-0.service, {etc}/zenvllm-1.env exist(s)" in run.output, run.output[
         -3000:
     ]
     assert "zenvllm_instances_deployment" in run.output
