@@ -9,13 +9,16 @@ from pathlib import Path
 
 from zenvllm.bench import gateway, layouts, results, runner
 from zenvllm.bench.gateway import Deployment
+from zenvllm.core import calibration
 from zenvllm.core.arguments import real, whole
 from zenvllm.core.errors import UserError
 from zenvllm.core.host import GIB, Host
 from zenvllm.core.model import read_model
+from zenvllm.core.plan import Policy
 from zenvllm.core.topology import read_host
 from zenvllm.image import outputs, render
 from zenvllm.image.engine import DOCKER
+from zenvllm.runtime import calibrate
 
 DEFAULT_MAX_MODEL_LEN = 512
 
@@ -46,6 +49,13 @@ def workload_from(args: argparse.Namespace) -> layouts.Workload:
     return replace(base, **overrides)
 
 
+def calibrated_policy(host: Host) -> tuple[Policy, list[str]]:
+    """The planner's layouts use this host's calibration, as `zenvllm plan` does."""
+    cal, source = calibrate.read(None, live=True)
+    policy, ignored = calibration.apply(Policy(), cal, host, source)
+    return policy, [ignored or f"planner bandwidth: {policy.bandwidth_source}"]
+
+
 def run(args: argparse.Namespace) -> int:
     outputs.check_output(args.out, "--out")  # before any work
     if not args.model.is_dir():
@@ -57,7 +67,9 @@ def run(args: argparse.Namespace) -> int:
     workload.check(max_len)
     names = layouts.parse_configs(args.configs, args.quick)
     host = read_host()
-    configs, notes = layouts.resolve(names, host, model, args.base_port, max_len)
+    base, notes = calibrated_policy(host)
+    configs, resolved = layouts.resolve(names, host, model, args.base_port, max_len, base)
+    notes += resolved
     images, configs = choose_images(args, configs, notes)
     workload = eager_if_needed(args, workload, images["vllm-openai"], notes)
     gateway_url, deployment, configs = choose_gateway(

@@ -236,12 +236,14 @@ def servers_of(plan: Plan) -> tuple[Server, ...]:
     )
 
 
-def policy_of(spec: Spec, host: Host, base_port: int, max_model_len: int) -> Policy:
+def policy_of(spec: Spec, host: Host, base_port: int, max_model_len: int, base: Policy) -> Policy:
+    """The spec's policy over `base` (the host's calibrated figures, if any)."""
     instances = spec.instances
     if instances in ("per-node", "two-per-node"):
         nodes = len(usable_cores(host))  # the nodes the planner can place on
         instances = nodes * (2 if instances == "two-per-node" else 1)
-    return Policy(
+    return replace(
+        base,
         instances=instances,  # type: ignore[arg-type]
         target=spec.target,
         layout=spec.layout,
@@ -252,7 +254,12 @@ def policy_of(spec: Spec, host: Host, base_port: int, max_model_len: int) -> Pol
 
 
 def resolve(
-    names: list[str], host: Host, model: Model, base_port: int, max_model_len: int
+    names: list[str],
+    host: Host,
+    model: Model,
+    base_port: int,
+    max_model_len: int,
+    base: Policy | None = None,
 ) -> tuple[list[Configuration], list[str]]:
     """Catalogue names -> runnable configurations on this host, duplicates folded.
 
@@ -269,7 +276,9 @@ def resolve(
             config = Configuration(name, spec.kind, spec.summary, spec.target)
         else:
             try:
-                plan = make_plan(host, model, policy_of(spec, host, base_port, max_model_len))
+                plan = make_plan(
+                    host, model, policy_of(spec, host, base_port, max_model_len, base or Policy())
+                )
             except PlanError as err:
                 notes.append(f"{name}: skipped on this host: {err}")
                 continue

@@ -200,7 +200,8 @@ def layout_notes(
             f"auto: {model.weight_gib:.2f} GiB of weights need "
             f"{cores_per_instance(model, policy)} core(s) per instance to keep a decode step "
             f"under {policy.tpot_target_ms:g} ms at ~{policy.core_bandwidth_gbs:g} GB/s per "
-            f"core (cap {policy.max_cores_per_instance})"
+            f"core (cap {policy.max_cores_per_instance}); that bandwidth is "
+            f"{policy.bandwidth_source}"
         )
     idle = sorted(set(cores) - set(counts))
     if idle:

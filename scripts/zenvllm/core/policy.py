@@ -35,6 +35,11 @@ class Policy:
     max_cores_per_instance: int = 64
     tpot_target_ms: float = 50.0
     core_bandwidth_gbs: float = 4.0  # DRAM bandwidth per core, Zen 4: ~460 GB/s / 96 cores
+    # Where core_bandwidth_gbs comes from, quoted in the plan's notes.
+    bandwidth_source: str = (
+        "a spec-sheet default (Zen 4: ~460 GB/s over 96 cores), not measured here; "
+        "`zenvllm calibrate` measures this host"
+    )
     reserve_cpus: int = 1  # cores kept from OpenMP in big non-SMT slices, for the API server
     reserve_from_cores: int = 8  # smaller non-SMT slices give OpenMP every core
 

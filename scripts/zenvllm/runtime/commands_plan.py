@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
-from zenvllm.core import arguments
+from zenvllm.core import arguments, calibration
 from zenvllm.core.arguments import real, whole
+from zenvllm.core.calibration import DEFAULT_PATH
 from zenvllm.core.container import Settings
 from zenvllm.core.flavors import PRESETS, synthetic_host
 from zenvllm.core.host import GIB, Host
@@ -16,6 +18,7 @@ from zenvllm.core.model import Model, model_of_size, read_model
 from zenvllm.core.plan import LAYOUTS, Plan, Policy, make_plan
 from zenvllm.core.targets import TARGETS
 from zenvllm.core.topology import format_cpu_list, read_host
+from zenvllm.runtime import calibrate
 
 
 def add_plan_options(parser: argparse.ArgumentParser) -> None:
@@ -77,6 +80,12 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-model-len", type=whole(1, example=4096), help="context length vLLM will serve"
     )
+    parser.add_argument(
+        "--calibration",
+        type=Path,
+        help=f"figures `zenvllm calibrate` measured (default {DEFAULT_PATH} when planning "
+        "this host and it exists)",
+    )
 
 
 def host_from(args: argparse.Namespace) -> Host:
@@ -106,7 +115,12 @@ def policy_from(args: argparse.Namespace) -> Policy:
 
 
 def plan_from(args: argparse.Namespace) -> Plan:
-    return make_plan(host_from(args), model_from(args), policy_from(args))
+    host = host_from(args)
+    live = not args.flavor and args.root.resolve() == Path("/")
+    cal, source = calibrate.read(args.calibration, live)
+    policy, ignored = calibration.apply(policy_from(args), cal, host, source)
+    plan = make_plan(host, model_from(args), policy)
+    return replace(plan, warnings=(*plan.warnings, ignored)) if ignored else plan
 
 
 def render_table(plan: Plan) -> str:

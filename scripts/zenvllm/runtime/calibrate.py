@@ -1,0 +1,109 @@
+"""Measure this host's memory bandwidth, the figure the planner's core rule rests on.
+
+A decode step reads every weight once, so what a slice of cores can stream from
+memory sets its speed. This is a STREAM-like copy (memmove of buffers far larger
+than a core's share of L3), counted as bytes read plus bytes written, by one
+process per physical core pinned with sched_setaffinity: first one core alone,
+then every core of each NUMA node at once. Standard library only (ctypes'
+memmove is libc's), so it runs on any host the planner runs on, in seconds.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import os
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from zenvllm.core.calibration import DEFAULT_PATH, Calibration, NodeFigure, parse
+from zenvllm.core.cores import usable_cores
+from zenvllm.core.errors import UserError
+from zenvllm.core.host import MIB, Host
+
+BUFFER_MIB = 64  # per buffer, two per process: beyond any core's share of an L3
+
+
+def copy_rate(cpu: int, nbytes: int, seconds: float, start, results) -> None:
+    """In a child process: memmove on one CPU for `seconds`; bytes moved per second."""
+    os.sched_setaffinity(0, {cpu})
+    src = ctypes.create_string_buffer(nbytes)  # zero-filled: every page is touched
+    dst = ctypes.create_string_buffer(nbytes)
+    ctypes.memmove(dst, src, nbytes)
+    start.wait()
+    moved, began = 0, time.perf_counter()
+    while (now := time.perf_counter()) - began < seconds:
+        ctypes.memmove(dst, src, nbytes)
+        moved += 2 * nbytes  # read once, written once
+    results.put(moved / (now - began))
+
+
+def measure(cpus: list[int], nbytes: int, seconds: float) -> float:
+    """Aggregate GB/s of `cpus` copying at once (one process each)."""
+    ctx = multiprocessing.get_context("fork")
+    start, results = ctx.Barrier(len(cpus)), ctx.Queue()
+    procs = [
+        ctx.Process(target=copy_rate, args=(cpu, nbytes, seconds, start, results)) for cpu in cpus
+    ]
+    for proc in procs:
+        proc.start()
+    try:
+        rates = [results.get(timeout=seconds + 60) for _ in procs]
+    finally:
+        for proc in procs:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.kill()
+    return sum(rates) / 1e9
+
+
+def buffer_bytes(host: Host, processes: int) -> int:
+    """BUFFER_MIB, or less when two buffers per process would take over a quarter of the
+    memory available now."""
+    room = host.mem_available_bytes // 4 // (2 * processes)
+    size = min(BUFFER_MIB * MIB, room)
+    if size < 8 * MIB:
+        raise UserError(
+            f"only {host.mem_available_bytes // MIB} MiB available: calibrate needs 16 MiB "
+            f"per core ({processes} cores); free memory or stop other workloads first"
+        )
+    return size
+
+
+def calibrate(host: Host, seconds: float = 2.0) -> Calibration:
+    """One core alone, then each node's cores at once (one logical CPU per core)."""
+    per_node = {node: [ids[0] for ids in cores] for node, cores in usable_cores(host).items()}
+    if not per_node:
+        raise UserError("no usable CPUs to measure: the cpuset allows none of the online CPUs")
+    nbytes = buffer_bytes(host, max(len(c) for c in per_node.values()))
+    first = next(iter(per_node.values()))
+    alone = measure(first[:1], nbytes, seconds)
+    nodes = {node: NodeFigure(len(c), measure(c, nbytes, seconds)) for node, c in per_node.items()}
+    return Calibration(
+        cpu_model=host.model_name or "unknown CPU",
+        cpus=len(host.allowed_cpus),
+        measured_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        method=(
+            f"memmove copy of {nbytes // MIB} MiB buffers, {seconds:g} s per measurement, "
+            "one process per physical core, bytes read + written"
+        ),
+        core_alone_gbs=round(alone, 2),
+        nodes={node: NodeFigure(f.cores, round(f.gbs, 2)) for node, f in nodes.items()},
+    )
+
+
+def read(path: Path | None, live: bool) -> tuple[Calibration | None, str]:
+    """The calibration to plan with and where it came from: `path` if given (it must
+    exist), else DEFAULT_PATH when planning the live host and it exists, else none."""
+    if path is None:
+        if not live or not Path(DEFAULT_PATH).is_file():
+            return None, ""
+        path = Path(DEFAULT_PATH)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise UserError(
+            f"--calibration {path}: {err.strerror}; give a file `zenvllm calibrate` wrote"
+        ) from None
+    return parse(text, str(path)), str(path)

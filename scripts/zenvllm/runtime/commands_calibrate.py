@@ -1,0 +1,74 @@
+"""`zenvllm calibrate`: measure this host's memory bandwidth and keep it for the planner."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from zenvllm.core.arguments import real
+from zenvllm.core.calibration import DEFAULT_PATH, parse
+from zenvllm.core.errors import UserError
+from zenvllm.core.topology import read_host
+from zenvllm.runtime.calibrate import calibrate
+
+
+def check_out(path: Path) -> None:
+    """Refuse, before measuring, a path that is not a calibration file zenvllm wrote."""
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise UserError(f"--out {path} is not a regular file; give a file path")
+    if path.exists():
+        parse(path.read_text(errors="replace"), str(path))  # a UserError unless it is ours
+
+
+def write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def run(args: argparse.Namespace) -> int:
+    check_out(args.out)
+    host = read_host()
+    print(
+        f"calibrate: measuring {host.model_name or 'this CPU'} for ~{4 * args.seconds:g} s",
+        file=sys.stderr,
+    )
+    cal = calibrate(host, args.seconds)
+    write_atomically(args.out, cal.to_json())
+    for node, figure in sorted(cal.nodes.items()):
+        print(
+            f"node {node}: {figure.gbs:.1f} GB/s over {figure.cores} core(s), "
+            f"{figure.per_core_gbs:.1f} GB/s per core"
+        )
+    print(f"one core alone: {cal.core_alone_gbs:.1f} GB/s")
+    print(f"the planner now uses {cal.per_core_gbs:.1f} GB/s per core ({args.out})")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "calibrate", help="measure memory bandwidth per core and node, for the planner"
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path(DEFAULT_PATH),
+        help=f"where to keep it (default {DEFAULT_PATH})",
+    )
+    parser.add_argument(
+        "--seconds",
+        type=real(0, 60, example=2),
+        default=2.0,
+        help="per measurement (default 2; ~4 in all on one node)",
+    )
+    parser.set_defaults(func=run)

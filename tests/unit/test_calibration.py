@@ -1,0 +1,135 @@
+"""`zenvllm calibrate`: a real measurement here, and figures that change the plan."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from zenvllm.core.calibration import Calibration, NodeFigure, apply, parse
+from zenvllm.core.errors import UserError
+from zenvllm.core.plan import Policy
+from zenvllm.core.topology import read_host
+from zenvllm.runtime import calibrate
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURE = REPO / "tests" / "fixtures" / "hosts" / "epyc-9654-nps4"
+ENV = {"PYTHONPATH": str(REPO / "scripts"), "PATH": "/usr/bin:/bin"}
+
+
+def zenvllm(*args: str) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-m", "zenvllm", *args]
+    return subprocess.run(argv, capture_output=True, text=True, env=ENV, check=False)
+
+
+def calibration_for(root: Path, per_core_gbs: float) -> Calibration:
+    host = read_host(root)
+    nodes = {n.id: NodeFigure(len(n.cpus), per_core_gbs * len(n.cpus)) for n in host.nodes}
+    return Calibration(
+        cpu_model=host.model_name,
+        cpus=len(host.allowed_cpus),
+        measured_at="2026-11-23T00:00:00+00:00",
+        method="test figures",
+        core_alone_gbs=per_core_gbs * 2,
+        nodes=nodes,
+    )
+
+
+def plan_with(tmp_path: Path, cal: Calibration | None, *extra: str) -> dict:
+    args = ["plan", "--json", "--root", str(FIXTURE), "--model-size-gib", "6", *extra]
+    if cal is not None:
+        path = tmp_path / f"cal-{cal.nodes[0].gbs}.json"
+        path.write_text(cal.to_json())
+        args += ["--calibration", str(path)]
+    done = zenvllm(*args)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_two_calibrations_give_two_layouts(tmp_path):
+    slow = plan_with(tmp_path, calibration_for(FIXTURE, 2.0))
+    fast = plan_with(tmp_path, calibration_for(FIXTURE, 12.0))
+    # 6 GiB of weights in a 50 ms step need 65 cores at 2 GB/s (over the 64 cap: one
+    # instance per 24-core node) and 11 at 12 GB/s (two 12-core instances per node).
+    assert (len(slow["instances"]), len(fast["instances"])) == (4, 8)
+    assert {len(i["omp_cpus"]) for i in slow["instances"]} == {24}
+    assert {len(i["omp_cpus"]) for i in fast["instances"]} == {12}
+    assert (
+        "~2 GB/s per core" in slow["notes"][0]
+        and "measured by zenvllm calibrate" in slow["notes"][0]
+    )
+    assert "~12 GB/s per core" in fast["notes"][0]
+
+
+def test_without_a_calibration_the_plan_says_its_figure_is_a_default(tmp_path):
+    plan = plan_with(tmp_path, None)
+    assert "~4 GB/s per core" in plan["notes"][0]
+    assert "spec-sheet default" in plan["notes"][0] and "zenvllm calibrate" in plan["notes"][0]
+
+
+def test_a_calibration_of_another_cpu_is_ignored_with_a_warning(tmp_path):
+    other = calibration_for(REPO / "tests/fixtures/hosts/vm-milan-8vcpu-avx2", 20.0)
+    plan = plan_with(tmp_path, other)
+    assert "~4 GB/s per core" in plan["notes"][0]  # the default stays
+    assert any("ignored: it was measured on" in w for w in plan["warnings"])
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["not json", "[]", '{"format": 2}', '{"format": 1, "nodes": {}}', "{}"],
+)
+def test_a_broken_calibration_file_is_refused_by_name(tmp_path, text):
+    path = tmp_path / "cal.json"
+    path.write_text(text)
+    done = zenvllm("plan", "--root", str(FIXTURE), "--calibration", str(path))
+    assert done.returncode == 2 and done.stdout == ""
+    assert f"calibration file {path}" in done.stderr and "zenvllm calibrate" in done.stderr
+
+
+def test_a_fixture_or_flavor_never_reads_the_hosts_calibration(tmp_path, monkeypatch):
+    path = tmp_path / "calibration.json"
+    path.write_text(calibration_for(FIXTURE, 3.0).to_json())
+    monkeypatch.setattr(calibrate, "DEFAULT_PATH", str(path))
+    assert calibrate.read(None, live=False) == (None, "")
+    cal, source = calibrate.read(None, live=True)
+    assert source == str(path) and cal.per_core_gbs == pytest.approx(3.0)
+
+
+def test_apply_uses_the_slowest_nodes_share_per_core():
+    cal = calibration_for(FIXTURE, 5.0)
+    slow_node = {**cal.nodes, 1: NodeFigure(cal.nodes[1].cores, cal.nodes[1].gbs / 2)}
+    cal = Calibration(**{**cal.__dict__, "nodes": slow_node})
+    policy, warning = apply(Policy(), cal, read_host(FIXTURE), "f")
+    assert warning == "" and policy.core_bandwidth_gbs == pytest.approx(2.5)
+    assert parse(cal.to_json(), "f") == cal
+
+
+def test_calibrate_measures_this_host_and_the_plan_quotes_it(tmp_path):
+    out = tmp_path / "cal.json"
+    done = zenvllm("calibrate", "--out", str(out), "--seconds", "0.3")
+    assert done.returncode == 0, done.stderr
+    cal = parse(out.read_text(), str(out))
+    host = read_host()
+    assert cal.cpu_model == (host.model_name or "unknown CPU")
+    assert cal.cpus == len(host.allowed_cpus)
+    assert set(cal.nodes) == {n for n in calibrate.usable_cores(host)}
+    assert all(f.gbs > 0.1 and f.cores >= 1 for f in cal.nodes.values())
+    assert cal.core_alone_gbs > 0.1
+    assert f"{cal.per_core_gbs:.1f} GB/s per core" in done.stdout
+    plan = zenvllm("plan", "--json", "--model-size-gib", "1", "--calibration", str(out))
+    assert plan.returncode == 0, plan.stderr
+    notes = json.loads(plan.stdout)["notes"]
+    assert f"~{round(cal.per_core_gbs, 2):g} GB/s per core" in notes[0]
+
+
+def test_calibrate_never_replaces_a_file_it_did_not_write(tmp_path):
+    out = tmp_path / "notes.json"
+    out.write_text('{"mine": true}\n')
+    done = zenvllm("calibrate", "--out", str(out), "--seconds", "0.3")
+    assert done.returncode == 2 and out.read_text() == '{"mine": true}\n'
+    assert f"calibration file {out}" in done.stderr
+    with pytest.raises(UserError):
+        parse(out.read_text(), str(out))
