@@ -59,7 +59,8 @@ image: venv engine base-image
 	$(BIN)/zenvllm build --target $(TARGET)
 
 # Serve MODEL on this host: build the image, then run ansible/deploy.yml against
-# localhost (instances sized by the planner, nginx gateway on :8000).
+# localhost (instances sized by the planner, nginx gateway on https://:443 with a generated
+# key: the play prints where the key and the CA certificate are).
 # DEPLOY_ARGS passes more ansible-playbook options, e.g. DEPLOY_ARGS="--check --diff".
 DEPLOY_IMAGE ?= zenvllm/$(TARGET):0.32.0
 PLAYBOOK = cd ansible && ANSIBLE_HOME=$(CURDIR)/.cache/ansible ../$(BIN)/ansible-playbook deploy.yml \

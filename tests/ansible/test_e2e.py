@@ -16,13 +16,13 @@ import signal
 import socket
 import subprocess
 import time
-import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 from conftest import REPO, require
-from support import engine
+from support import engine, gateway
 from support.ansible_run import ANSIBLE_DIR, BIN, changed_tasks, playbook
 from support.ansible_run import env as ansible_env
 from support.tiny_model import ensure_tiny_model
@@ -36,23 +36,22 @@ DEPLOYMENT = "zenvllm-e2e"  # its own names: other deployments may share the eng
 NAMES = (f"{DEPLOYMENT}-0", f"{DEPLOYMENT}-1")
 SITE = Path("/etc/nginx/conf.d/zenvllm-e2e.conf")
 SYS_GET_MEMPOLICY = 239  # x86_64
+# Under --tags gateway there is no plan: the upstreams are given.
+UPSTREAMS = {"zenvllm_gateway_upstreams": [f"127.0.0.1:{p}" for p in PORTS]}
+TWO_CLIENTS = {**UPSTREAMS, "zenvllm_gateway_clients": ["default", "ci"]}
+BEFORE_DEPLOY: set[str] = set()  # listeners off loopback before the deployment
+
+
+URL = f"https://127.0.0.1:{GATEWAY}"
 
 
 def completion(model: str, tokens: int = 8) -> dict:
-    body = json.dumps(
-        {
-            "model": model,
-            "prompt": "Hello",
-            "max_tokens": tokens,
-            "ignore_eos": True,
-            "temperature": 0,
-        }
-    ).encode()
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{GATEWAY}/v1/completions", body, {"Content-Type": "application/json"}
+    body = {"model": model, "prompt": "Hello", "max_tokens": tokens, "ignore_eos": True}
+    status, _, answer = gateway.request(
+        f"{URL}/v1/completions", DEPLOYMENT, body | {"temperature": 0}
     )
-    with urllib.request.urlopen(request, timeout=120) as reply:
-        return json.loads(reply.read())
+    assert status == 200, answer
+    return answer
 
 
 def inspect(name: str) -> dict:
@@ -99,11 +98,16 @@ def deployment(tmp_path_factory):
         "zenvllm_instances_planner_src": str(planner),
         "zenvllm_gateway_listen": f"0.0.0.0:{GATEWAY}",
         "zenvllm_gateway_site_path": str(SITE),
+        "zenvllm_gateway_tls_dir": str(base / "tls"),
+        # Small enough that a burst meets them; each test's own requests stay under.
+        "zenvllm_gateway_requests_per_second": 5,
+        "zenvllm_gateway_burst": 10,
         # Leave the shared machine's kernel settings alone (checked on nspawn hosts).
         "zenvllm_host_manage_sysctls": False,
         "zenvllm_host_manage_shm": False,
     }
     remove_deployment()
+    BEFORE_DEPLOY.update(listeners_off_loopback())
     yield base, variables
     remove_deployment()
 
@@ -136,6 +140,7 @@ def test_instances_are_pinned_confined_and_on_loopback(deployment):
         assert f"127.0.0.1:{port} " in listening
         assert f"0.0.0.0:{port} " not in listening and f"*:{port} " not in listening
     assert f"0.0.0.0:{GATEWAY} " in listening
+    assert (base / "tls" / "gateway.key").stat().st_mode & 0o777 == 0o600
     for cpu, name in enumerate(NAMES):
         config = inspect(name)
         host = config["HostConfig"]
@@ -166,10 +171,123 @@ def test_the_seccomp_profile_permits_numa_memory_policy(deployment):
     assert out == ["0", "0"], f"get_mempolicy refused inside the instance: {out}"
 
 
-def test_second_run_changes_nothing_and_check_mode_agrees(deployment):
+def listeners_off_loopback() -> set[str]:
+    """Every TCP listener not bound to loopback, as address:port."""
+    out = subprocess.run(["ss", "-Hltn"], capture_output=True, text=True, check=True).stdout
+    found = {line.split()[3] for line in out.splitlines()}
+    return {a for a in found if not a.startswith(("127.", "[::1]", "::1"))}
+
+
+def test_the_gateway_is_the_only_new_listener_off_loopback(deployment):
+    new = listeners_off_loopback() - BEFORE_DEPLOY
+    assert new == {f"0.0.0.0:{GATEWAY}"}, new  # not an instance, not /metrics
+
+
+def test_the_gateway_serves_only_over_tls_and_only_to_a_key_holder(deployment):
+    models = f"{URL}/v1/models"
+    status, headers, _ = gateway.request(models, DEPLOYMENT, api_key=None)
+    assert status == 401 and headers.get("WWW-Authenticate") == "Bearer"
+    assert gateway.request(models, DEPLOYMENT, api_key="literal:not-the-key")[0] == 401
+    status, _, listed = gateway.request(models, DEPLOYMENT)
+    assert status == 200 and listed["data"][0]["id"] == "tiny-llama"
+    for inside in ("/metrics", "/health"):  # the instances' own, kept on loopback
+        assert gateway.request(f"{URL}{inside}", DEPLOYMENT)[0] == 404
+    # Plain HTTP on the TLS port: a redirect to HTTPS, never the API.
+    plain = subprocess.run(
+        [
+            "curl",
+            "-sS",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code} %{redirect_url}",
+            f"http://127.0.0.1:{GATEWAY}/v1/models",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert plain.stdout.startswith(f"301 https://127.0.0.1:{GATEWAY}/v1/models"), plain
+    # The certificate is the one the controller keeps for clients, and nothing else passes.
+    untrusted = subprocess.run(
+        ["curl", "-sS", "-o", "/dev/null", f"{URL}/v1/models"], capture_output=True, text=True
+    )
+    assert untrusted.returncode == 60, untrusted.stderr  # curl: peer certificate not trusted
+
+
+def test_a_burst_over_the_limit_gets_429_with_retry_after(deployment):
+    time.sleep(3)  # the limiter forgets the other tests' requests
+    with ThreadPoolExecutor(max_workers=30) as pool:
+        answers = list(
+            pool.map(lambda _: gateway.request(f"{URL}/v1/models", DEPLOYMENT), range(30))
+        )
+    statuses = sorted(status for status, _, _ in answers)
+    assert 200 in statuses and 429 in statuses, statuses
+    assert set(statuses) == {200, 429}, statuses  # refused at once, never hung or failed
+    limited = next(h for s, h, _ in answers if s == 429)
+    assert limited.get("Retry-After") == "1"
+    time.sleep(3)
+    assert gateway.request(f"{URL}/v1/models", DEPLOYMENT)[0] == 200
+
+
+def test_the_openai_client_completes_streams_and_lists_models(deployment):
+    import httpx
+    from openai import OpenAI
+
+    client = OpenAI(
+        base_url=f"{URL}/v1",
+        api_key=gateway.key(DEPLOYMENT),
+        http_client=httpx.Client(verify=str(gateway.ca(DEPLOYMENT))),
+    )
+    assert [m.id for m in client.models.list()] == ["tiny-llama"]
+    done = client.completions.create(
+        model="tiny-llama", prompt="Hello", max_tokens=8, extra_body={"ignore_eos": True}
+    )
+    assert done.usage.completion_tokens == 8
+    stream = client.completions.create(
+        model="tiny-llama",
+        prompt="Hello",
+        max_tokens=8,
+        stream=True,
+        extra_body={"ignore_eos": True},
+    )
+    pieces = [chunk.choices[0].text for chunk in stream if chunk.choices]
+    assert len(pieces) >= 2 and "".join(pieces)  # tokens arrived as they came
+
+
+def test_a_client_removed_from_the_list_is_revoked(deployment):
     _, variables = deployment
+    both = playbook("--tags", "gateway", extra_vars={**variables, **TWO_CLIENTS})
+    assert both.rc == 0 and both.failed() == 0, both.output[-3000:]
+    assert gateway.request(f"{URL}/v1/models", DEPLOYMENT, api_key="ci")[0] == 200
+    revoked_key = gateway.key(DEPLOYMENT, "ci")
+    one = playbook("--tags", "gateway", extra_vars={**variables, **UPSTREAMS})
+    assert one.rc == 0 and one.failed() == 0, one.output[-3000:]
+    literal = f"literal:{revoked_key}"
+    assert gateway.request(f"{URL}/v1/models", DEPLOYMENT, api_key=literal)[0] == 401
+    assert not (gateway.SECRETS / DEPLOYMENT / "keys" / "ci").exists()
+    assert gateway.request(f"{URL}/v1/models", DEPLOYMENT)[0] == 200
+
+
+def test_serving_anyone_is_an_explicit_opt_out_with_a_warning(deployment):
+    _, variables = deployment
+    run = playbook(
+        "--check",
+        "--tags",
+        "gateway",
+        extra_vars={**variables, **UPSTREAMS, "zenvllm_gateway_anonymous": True},
+    )
+    assert run.rc == 0, run.output[-3000:]
+    assert "WARNING: zenvllm_gateway_anonymous is true" in run.output
+
+
+def test_second_run_changes_nothing_and_check_mode_agrees(deployment):
+    base, variables = deployment
+    key, cert = gateway.key(DEPLOYMENT), (base / "tls" / "gateway.crt").read_bytes()
     run = playbook(extra_vars=variables)
     assert run.rc == 0 and run.changed() == 0, changed_tasks(run.output)
+    # The same key and certificate: clients that hold them keep working.
+    assert gateway.key(DEPLOYMENT) == key and (base / "tls" / "gateway.crt").read_bytes() == cert
     check = playbook("--check", "--diff", extra_vars=variables)
     assert check.rc == 0 and check.changed() == 0, changed_tasks(check.output)
 
@@ -243,6 +361,7 @@ def test_an_interrupted_deploy_leaves_whole_files_and_undeploy_removes_it(deploy
         "zenvllm_instances_lib_dir": str(tmp_path / "lib"),
         "zenvllm_instances_seccomp_profile": str(etc / "seccomp-numa.json"),
         "zenvllm_gateway_site_path": str(tmp_path / "site.conf"),
+        "zenvllm_gateway_tls_dir": str(tmp_path / "tls"),
     }
     label = f"label=zenvllm.deployment={name}"
     proc = subprocess.Popen(

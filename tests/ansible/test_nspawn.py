@@ -24,6 +24,7 @@ import yaml
 from conftest import REPO, require, require_tool
 from support import engine
 from support.ansible_run import ANSIBLE_DIR, changed_tasks, env, playbook
+from support.gateway import SECRETS
 from support.tiny_model import ensure_tiny_model
 
 pytestmark = pytest.mark.ansible
@@ -100,6 +101,9 @@ def hosts(tmp_path_factory):
             "zenvllm_verify_completion": False,
             "zenvllm_verify_health_timeout": 240,
             "zenvllm_instances_health_timeout": 240,
+            # Small enough that the exposure test's burst meets them.
+            "zenvllm_gateway_requests_per_second": 5,
+            "zenvllm_gateway_burst": 10,
         }
         yield machines, inventory, variables
 
@@ -179,21 +183,44 @@ def test_hosts_run_what_the_plan_says(hosts, name):
         host.mount_point("/dev/shm").options
     )
     assert host.service("docker").is_running and host.service("nginx").is_running
-    assert (
-        host.check_output("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/health")
-        == "401"
-    )
-    assert (
-        host.check_output(
-            f"curl -s -o /dev/null -w '%{{http_code}}' -H 'Authorization: Bearer {SECRET}' "
-            "http://127.0.0.1:8000/health"
-        )
-        == "200"
-    )
     listening = host.check_output("ss -Hltn")
     for instance in plan["instances"]:
         assert f"127.0.0.1:{instance['port']} " in listening
-    assert "0.0.0.0:8000 " in listening
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_gateway_is_closed_and_the_only_listener_off_loopback(hosts, name):
+    """The account of what a deployment exposes, on a real systemd host."""
+    _, inventory, _ = hosts
+    host = infra(inventory, name)
+    addresses = {line.split()[3] for line in host.check_output("ss -Hltn").splitlines()}
+    outside = {a for a in addresses if not a.startswith(("127.", "[::1]"))}
+    assert "0.0.0.0:443" in outside
+    assert outside <= {"0.0.0.0:443", "0.0.0.0:22", "[::]:22", "*:22"}, outside  # and ssh
+    key = (SECRETS / "zenvllm" / "keys" / "default").read_text().strip()
+    ca = "/etc/zenvllm/tls/gateway.crt"
+    assert (SECRETS / "zenvllm" / f"{name}-ca.pem").read_text() == host.file(ca).content_string
+    assert host.file("/etc/zenvllm/tls/gateway.key").mode == 0o600
+
+    def status(path: str, auth: str = "", scheme: str = "https") -> str:
+        header = f"-H 'Authorization: Bearer {auth}' " if auth else ""
+        return host.check_output(
+            f"curl -s -o /dev/null -w '%{{http_code}}' --cacert {ca} {header}"
+            f"{scheme}://localhost:443{path}"
+        )
+
+    assert status("/standin/env") == "401"
+    assert status("/standin/env", "not-the-key") == "401"
+    assert status("/standin/env", key) == "200"
+    assert status("/standin/env", SECRET) == "200"  # the operator's own key, beside it
+    assert status("/metrics", key) == "404" and status("/health", key) == "404"
+    assert status("/standin/env", key, scheme="http") == "301"  # plain HTTP: a redirect
+    host.check_output("sleep 3")  # the limiter forgets the requests above
+    burst = host.check_output(
+        f"seq 30 | xargs -P 30 -I{{}} curl -s -o /dev/null -w '%{{http_code}}\\n' "
+        f"--cacert {ca} -H 'Authorization: Bearer {key}' https://localhost:443/standin/env"
+    ).split()
+    assert set(burst) == {"200", "429"}, burst
 
 
 def test_a_crashed_instance_comes_back_under_systemd(hosts):

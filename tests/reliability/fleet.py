@@ -28,6 +28,7 @@ NGINX_DEFAULT_SITE = Path("/etc/nginx/sites-enabled/default")
 # Fake secrets: the least-privilege tests look for them everywhere they must not be.
 HF_TOKEN = "hf_zenvllmFAKEtoken0123456789reliability"
 API_KEY = "sk-zenvllm-FAKE-key-0123456789-reliability"
+SECRETS = REPO / ".cache" / "secrets"
 
 
 def docker(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -47,6 +48,8 @@ def ansible_env(root: Path) -> dict[str, str]:
         "ANSIBLE_FORCE_COLOR": "0",
         "PYTHONDONTWRITEBYTECODE": "1",
         "DOCKER_HOST": DOCKER_HOST,
+        # The gateway's generated keys and CA copy, never in the user's ~/.config.
+        "ZENVLLM_SECRETS_DIR": str(SECRETS),
     }
 
 
@@ -70,7 +73,12 @@ class Fleet:
 
     @property
     def gateway(self) -> str:
-        return f"http://127.0.0.1:{self.gateway_port}"
+        return f"https://127.0.0.1:{self.gateway_port}"
+
+    @property
+    def ca(self) -> str:
+        """The gateway's self-signed certificate, as the controller keeps it for clients."""
+        return str(SECRETS / self.deployment / "localhost-ca.pem")
 
     def ports(self, n: int = 2) -> list[int]:
         return [self.base_port + i for i in range(n)]
@@ -107,6 +115,10 @@ class Fleet:
             "zenvllm_instances_health_delay": 2,
             "zenvllm_gateway_listen": f"127.0.0.1:{self.gateway_port}",
             "zenvllm_gateway_site_path": str(self.site),
+            "zenvllm_gateway_tls_dir": str(self.root / "tls"),
+            # The load here is the test's own: limits would only count as failures.
+            "zenvllm_gateway_requests_per_second": 1000,
+            "zenvllm_gateway_burst": 1000,
             "zenvllm_verify_health_delay": 2,
             **self.extra,
             **override,

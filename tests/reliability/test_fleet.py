@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
 import stat
 import subprocess
 import sys
@@ -194,7 +195,9 @@ def test_syscalls_outside_the_profile_are_refused(deployed):
 
 def test_secrets_stay_out_of_images_logs_arguments_and_ansible_output(deployed):
     fleet, outputs = deployed
-    secrets = (HF_TOKEN, API_KEY)
+    generated = Path(fleet.ca).parent / "keys" / "default"  # the gateway's own client key
+    assert stat.S_IMODE(generated.stat().st_mode) == 0o600
+    secrets = (HF_TOKEN, API_KEY, generated.read_text().strip())
     history = docker("history", "--no-trunc", IMAGE).stdout
     image = inspect(IMAGE)
     assert history and image["Config"]["Env"]
@@ -220,13 +223,14 @@ def test_secrets_stay_out_of_images_logs_arguments_and_ansible_output(deployed):
         assert f"VLLM_API_KEY={API_KEY}" in env.read_text()  # they do reach the instances
 
 
-def post(url: str, headers: dict) -> int:
+def post(url: str, headers: dict, cafile: str) -> int:
     body = json.dumps({"model": MODEL, "prompt": "a", "max_tokens": 2}).encode()
     request = urllib.request.Request(
         url + "/v1/completions", data=body, headers={"Content-Type": "application/json", **headers}
     )
     try:
-        with urllib.request.urlopen(request, timeout=60) as reply:
+        context = ssl.create_default_context(cafile=cafile)
+        with urllib.request.urlopen(request, timeout=60, context=context) as reply:
             return reply.status
     except urllib.error.HTTPError as err:
         return err.code
@@ -234,9 +238,9 @@ def post(url: str, headers: dict) -> int:
 
 def test_gateway_requires_the_api_key(deployed):
     fleet, _ = deployed
-    assert post(fleet.gateway, {}) == 401
-    assert post(fleet.gateway, {"Authorization": "Bearer wrong"}) == 401
-    assert post(fleet.gateway, AUTH) == 200
+    assert post(fleet.gateway, {}, fleet.ca) == 401
+    assert post(fleet.gateway, {"Authorization": "Bearer wrong"}, fleet.ca) == 401
+    assert post(fleet.gateway, AUTH, fleet.ca) == 200
 
 
 # -- faults and rollouts under load ----------------------------------------------------
@@ -244,7 +248,9 @@ def test_instance_crash_under_load_fails_no_request(deployed):
     fleet, _ = deployed
     victim, port = fleet.names()[0], fleet.ports()[0]
     before = inspect(victim)
-    load = BackgroundLoad(fleet.gateway, MODEL, requests=200, concurrency=8, headers=AUTH)
+    load = BackgroundLoad(
+        fleet.gateway, MODEL, requests=200, concurrency=8, headers=AUTH, cafile=fleet.ca
+    )
     load.start().wait_for(40)
     pid = before["State"]["Pid"]
     os.kill(pid, signal.SIGKILL)  # a real crash of the container's main process
@@ -263,7 +269,11 @@ def test_instance_crash_under_load_fails_no_request(deployed):
     # nginx leaves a failed server out for fail_timeout (10 s), then tries it again.
     served, again, rounds = completions_served(victim), LoadResult(), 0
     while completions_served(victim) == served and rounds < 12:
-        again.add(run_load(fleet.gateway, MODEL, requests=20, concurrency=4, headers=AUTH))
+        again.add(
+            run_load(
+                fleet.gateway, MODEL, requests=20, concurrency=4, headers=AUTH, cafile=fleet.ca
+            )
+        )
         rounds += 1
     gained = completions_served(victim) - served
     print(f"restarted by the engine (RestartCount {after['RestartCount']}), healthy {back:.0f} s "
@@ -300,16 +310,18 @@ class SteadyLoad(Background):
 
     join_s = 600.0  # the batch in flight finishes
 
-    def __init__(self, url: str, batch: int = 40, limit: int = 2000) -> None:
+    def __init__(self, url: str, cafile: str, batch: int = 40, limit: int = 2000) -> None:
         super().__init__()
-        self.url, self.batch, self.limit = url, batch, limit
+        self.url, self.cafile, self.batch, self.limit = url, cafile, batch, limit
         self.total = LoadResult()
 
     def _run(self) -> None:
         for _ in range(self.limit):
             if self.stop.is_set():
                 break
-            self.total.add(run_load(self.url, MODEL, self.batch, 8, headers=AUTH))
+            self.total.add(
+                run_load(self.url, MODEL, self.batch, 8, headers=AUTH, cafile=self.cafile)
+            )
 
 
 class HealthWatch(Background):
@@ -346,7 +358,7 @@ def test_rolling_update_under_load_fails_no_request(deployed):
     docker("tag", IMAGE, tag)
     ports = fleet.ports()
     try:
-        with HealthWatch(ports) as watch, SteadyLoad(fleet.gateway) as load:
+        with HealthWatch(ports) as watch, SteadyLoad(fleet.gateway, fleet.ca) as load:
             time.sleep(2)
             done = fleet.playbook("-v", zenvllm_image=tag)
             covered = load.thread.is_alive()  # the load outlasted the rollout

@@ -49,6 +49,8 @@ def env() -> dict[str, str]:
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_FORCE_COLOR": "0",
         "PYTHONDONTWRITEBYTECODE": "1",
+        # The gateway's generated keys and CA copies, never in the user's ~/.config.
+        "ZENVLLM_SECRETS_DIR": str(REPO / ".cache" / "secrets"),
         "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
     }
 

@@ -7,6 +7,7 @@ fails no request. Standard library only; loopback traffic only.
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import time
 import urllib.error
@@ -40,7 +41,9 @@ class LoadResult:
         )
 
 
-def complete(url: str, model: str, max_tokens: int, timeout: float, headers: dict) -> None:
+def complete(
+    url: str, model: str, max_tokens: int, timeout: float, headers: dict, cafile: str | None
+) -> None:
     body = json.dumps(
         {
             "model": model,
@@ -54,7 +57,8 @@ def complete(url: str, model: str, max_tokens: int, timeout: float, headers: dic
         data=body,
         headers={"Content-Type": "application/json", **headers},
     )
-    with urllib.request.urlopen(request, timeout=timeout) as response:
+    context = ssl.create_default_context(cafile=cafile) if url.startswith("https") else None
+    with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
         reply = json.load(response)
     if reply["usage"]["completion_tokens"] < 1:
         raise ValueError("empty completion")
@@ -69,6 +73,7 @@ def run_load(
     timeout: float = 120.0,
     headers: dict | None = None,
     on_progress=None,
+    cafile: str | None = None,  # the CA of an https gateway
 ) -> LoadResult:
     """Send `requests` completions, `concurrency` at a time; count what fails and why."""
     result = LoadResult()
@@ -77,7 +82,7 @@ def run_load(
 
     def one(_: int) -> None:
         try:
-            complete(url, model, max_tokens, timeout, headers or {})
+            complete(url, model, max_tokens, timeout, headers or {}, cafile)
             outcome = None
         except urllib.error.HTTPError as err:
             outcome = f"HTTP {err.code}"

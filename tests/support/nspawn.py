@@ -42,7 +42,16 @@ MIRROR = "http://deb.debian.org/debian"
 SUITE = "bookworm"
 BASE_PACKAGES = ("openssh-server", "python3", "systemd", "systemd-sysv", "dbus", "iproute2")
 # What the roles install, served by the local apt repository inside the rootfs.
-REPO_PACKAGES = ("docker.io", "containerd", "runc", "numactl", "curl", "nginx", "python3-apt")
+REPO_PACKAGES = (
+    "docker.io",
+    "containerd",
+    "runc",
+    "numactl",
+    "curl",
+    "nginx",
+    "openssl",
+    "python3-apt",
+)
 RECIPE = 1  # bump when the rootfs recipe changes
 BRIDGE = "zvnsbr0"
 SUBNET = "10.231.7"  # private, only these hosts use it

@@ -41,6 +41,8 @@ def check_contract(plan: dict) -> None:
     assert {"host", "instances", "warnings"} <= plan.keys()
     assert plan["host"]["cpus"] and plan["host"]["nodes"]
     assert plan["instances"]
+    # vLLM's scheduler runs max_num_seqs (256) requests per instance at once.
+    assert plan["max_concurrency"] == 256 * len(plan["instances"])
     for inst in plan["instances"]:
         assert inst.keys() >= INSTANCE_KEYS
         assert isinstance(inst["kv_cache_gib"], int) and inst["kv_cache_gib"] >= 1

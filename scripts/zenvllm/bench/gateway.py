@@ -76,6 +76,10 @@ class Deployment:
             "zenvllm_instances_health_delay": 2,
             "zenvllm_gateway_listen": f"127.0.0.1:{self.port}",
             "zenvllm_gateway_site_path": str(self.site),
+            # On loopback for the run's own clients: the sweep compares serving layouts,
+            # so this gateway opts out of the key and TLS a deployment has by default.
+            "zenvllm_gateway_anonymous": True,
+            "zenvllm_gateway_tls": False,
             "zenvllm_verify_health_delay": 2,
         }
 

@@ -133,6 +133,8 @@ class Plan:
             },
             "target": self.policy.target,
             "layout": self.policy.layout,
+            # Requests the instances can run at once: what the gateway's limits size from.
+            "max_concurrency": len(self.instances) * self.policy.max_num_seqs,
             "instances": [
                 {**i.to_dict(), "container": container_of(i, settings).to_dict()}
                 for i in self.instances
