@@ -132,7 +132,15 @@ def test_two_core_machine_folds_identical_layouts():
     # run as two-per-node and interleaved; single and per-node are one 2-core instance.
     assert by_name["auto"].same_as == ("two-per-node", "auto-interleaved")
     assert by_name["single"].same_as == ("per-node",)
-    assert set(by_name) == {"stock", "auto", "single", "zen-auto", "zen-single", "gateway"}
+    assert set(by_name) == {
+        "stock",
+        "auto",
+        "single",
+        "zen-auto",
+        "zen-single",
+        "vllm-dp",
+        "gateway",
+    }
     assert [(s.cpus, s.omp_bind) for s in by_name["auto"].servers] == [("0", "0"), ("1", "1")]
     assert by_name["auto"].shape == "2 x 1 CPU"
     assert any("two-per-node: identical to auto" in n for n in notes)
@@ -454,3 +462,25 @@ def test_the_gateway_touches_only_a_site_and_work_dir_zenvllm_wrote(tmp_path):
     gateway.check_paths(d)  # both zenvllm's: accepted
     gateway.remove_own_files(d)
     assert not d.site.exists() and not d.work.exists()
+
+
+def test_vllm_dp_runs_one_rank_per_planner_slice_in_one_container():
+    fixture = host("vm-milan-8vcpu-avx2")
+    configs, _ = layouts.resolve(["stock", "auto", "vllm-dp"], fixture, TINY, 8401, 512)
+    by_name = {c.name: c for c in configs}
+    auto, dp = by_name["auto"], by_name["vllm-dp"]
+    (server,) = dp.servers
+    ranks = [s.omp_bind for s in auto.servers]
+    assert len(ranks) > 1 and server.omp_bind == "|".join(ranks)
+    assert server.env["VLLM_CPU_OMP_THREADS_BIND"] == "|".join(ranks)
+    assert "ZENVLLM_PLAN" not in server.env
+    assert dp.shape == f"1 x {len(ranks)} DP ranks"
+    union = sorted(c for s in auto.servers for c in layouts.cpu_ids(s.cpus))
+    assert layouts.cpu_ids(server.cpus) == union
+    argv = launch.server_launch(server, bench_settings(), "r1").argv
+    assert argv[argv.index("--data-parallel-size") + 1] == str(len(ranks))
+    assert argv[argv.index("--entrypoint") + 1] == "vllm"  # vLLM's own, no launcher
+    assert f"--cpuset-cpus={server.cpus}" in argv and "--port" in argv
+    # The result document keeps it, and reads it back whole.
+    again = results.configs_from_dicts([results.config_dict(dp, "img:1")])
+    assert again[0].servers[0].serve_args == server.serve_args

@@ -254,3 +254,15 @@ def test_memory_only_node_is_explained_not_used():
 def test_explicit_kv_cache_below_the_minimum_is_refused_as_such():
     with pytest.raises(PlanError, match="--kv-cache-gib 0 is below the 1 GiB minimum"):
         make_plan(flavor(4, 64), TINY, Policy(kv_cache_gib=0))
+
+
+def test_an_instance_count_is_kept_when_small_nodes_take_more_than_their_share():
+    # Hypothesis found it: nodes of 4, 4, 1 and 1 usable cores and --instances 5. One
+    # instance per node gave the small nodes more than their share (0.5 each) and the
+    # largest-remainder step then added more instead of fewer: 8 instances, not 5.
+    host = synthetic_host("vcpus=16,ram_gib=56,numa=4,smt=1,cpu=genoa")
+    host = dataclasses.replace(host, allowed_cpus=frozenset({0, 1, 2, 3, 4, 5, 6, 7, 8, 12}))
+    plan = make_plan(host, model_of_size(0.002), Policy(instances=5))
+    assert len(plan.instances) == 5
+    assert sorted(i.node for i in plan.instances) == [0, 0, 1, 2, 3]
+    check_invariants(plan, host)

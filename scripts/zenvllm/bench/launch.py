@@ -52,15 +52,16 @@ def container_settings(
 def stock_command(
     server: Server, image: str, model_dir: Path, max_model_len: int, eager: bool
 ) -> list[str]:
-    """vLLM's CPU guide's `docker run`. `--entrypoint vllm` bypasses the image's launcher,
-    so no planner touches the baseline."""
+    """vLLM's own command, as its CPU guide runs it (stock, and the vllm-dp peer with its
+    --data-parallel-size). `--entrypoint vllm` bypasses the image's launcher, so no
+    zenvllm code touches these runs."""
     argv = ["run", "-d", "--name", server.name, "--network", "host", *STOCK_SECURITY]
     argv += [*server.docker_args, "-v", f"{model_dir}:{MODEL_MOUNT}:ro"]
     for key, value in sorted({**server.env, "HF_HUB_OFFLINE": "1"}.items()):
         argv += ["-e", f"{key}={value}"]
     argv += ["--entrypoint", "vllm", image, "serve", MODEL_MOUNT, "--dtype", "bfloat16"]
     argv += ["--max-model-len", str(max_model_len), "--host", "127.0.0.1"]
-    argv += ["--port", str(server.port)]
+    argv += ["--port", str(server.port), *server.serve_args]
     return argv + (["--enforce-eager"] if eager else [])
 
 

@@ -106,7 +106,7 @@ class Spec:
     """A configuration before it meets the host."""
 
     name: str
-    kind: str  # stock | plan | gateway
+    kind: str  # stock | plan | dp (vLLM's own data parallel over the plan's slices) | gateway
     summary: str
     target: str = "vllm-openai"
     instances: int | str | None = None  # plan: None auto, N, "per-node" or "two-per-node"
@@ -128,10 +128,15 @@ CATALOGUE = (
     ),
     Spec("zen-auto", "plan", "zen image, the planner's auto layout", target="zen"),
     Spec("zen-single", "plan", "zen image, one instance on all cores", target="zen", instances=1),
+    Spec(
+        "vllm-dp",
+        "dp",
+        "vLLM's own data parallel: one container, one rank per planner slice",
+    ),
     Spec("gateway", "gateway", "deploy.yml's nginx gateway over the planned instances"),
 )
 SPECS = {s.name: s for s in CATALOGUE}
-QUICK_CONFIGS = (STOCK, PLANNER, "gateway")
+QUICK_CONFIGS = (STOCK, PLANNER, "vllm-dp", "gateway")
 
 
 @dataclass(frozen=True)
@@ -146,6 +151,7 @@ class Server:
     kv_cache_gib: int
     env: dict[str, str]
     docker_args: tuple[str, ...]
+    serve_args: tuple[str, ...] = ()  # beyond the model, dtype, length and port
     # A planner layout's instance, whose container (core.container) the bench runs.
     instance: Instance | None = field(default=None, compare=False, repr=False)
 
@@ -169,6 +175,9 @@ class Configuration:
             return "gateway"
         if self.kind == "stock":
             return "1 x all CPUs"
+        if self.kind == "dp":
+            ranks = self.servers[0].omp_bind.split("|")
+            return f"1 x {len(ranks)} DP ranks"
         sizes = sorted({len(cpu_ids(s.cpus)) for s in self.servers})
         cores = "/".join(str(n) for n in sizes)
         return f"{len(self.servers)} x {cores} CPU{'s' if sizes != [1] else ''}"
@@ -236,6 +245,40 @@ def servers_of(plan: Plan) -> tuple[Server, ...]:
     )
 
 
+def dp_server(plan: Plan, port: int) -> Server:
+    """vLLM's data parallel over the plan's slices: one container on all of them, one rank
+    per slice, each rank's OpenMP threads on its slice (VLLM_CPU_OMP_THREADS_BIND's "|"
+    form) and its KV cache as planned; the container gets the slices' memory and shm."""
+    cpus = sorted({c for i in plan.instances for c in i.cpus})
+    mems = sorted({m for i in plan.instances for m in i.mems})
+    bind = "|".join(i.omp_threads_bind for i in plan.instances)
+    kv = min(i.kv_cache_gib for i in plan.instances)
+    env = {
+        **plan.instances[0].env,
+        "VLLM_CPU_KVCACHE_SPACE": str(kv),
+        "VLLM_CPU_OMP_THREADS_BIND": bind,
+    }
+    env.pop("ZENVLLM_PLAN", None)  # vLLM's own command: no launcher reads it
+    shm = sum(i.shm_size_mib for i in plan.instances)
+    memory = sum(i.memory_limit_mib for i in plan.instances)
+    return Server(
+        name=f"zenvllm-bench-dp-{port}",
+        port=port,
+        cpus=format_cpu_list(cpus),
+        omp_bind=bind,
+        mems=format_cpu_list(mems),
+        kv_cache_gib=kv,
+        env=env,
+        docker_args=(
+            f"--cpuset-cpus={format_cpu_list(cpus)}",
+            f"--cpuset-mems={format_cpu_list(mems)}",
+            f"--shm-size={shm}m",
+            f"--memory={memory}m",
+        ),
+        serve_args=("--data-parallel-size", str(len(plan.instances))),
+    )
+
+
 def policy_of(spec: Spec, host: Host, base_port: int, max_model_len: int, base: Policy) -> Policy:
     """The spec's policy over `base` (the host's calibrated figures, if any)."""
     instances = spec.instances
@@ -282,7 +325,8 @@ def resolve(
             except PlanError as err:
                 notes.append(f"{name}: skipped on this host: {err}")
                 continue
-            config = Configuration(name, spec.kind, spec.summary, spec.target, servers_of(plan))
+            servers = (dp_server(plan, base_port),) if spec.kind == "dp" else servers_of(plan)
+            config = Configuration(name, spec.kind, spec.summary, spec.target, servers)
         twin = next(
             (c for c in configs if c.kind != "gateway" and c.signature() == config.signature()),
             None,

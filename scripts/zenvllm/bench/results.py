@@ -210,7 +210,14 @@ def configs_from_dicts(items: list[dict]) -> list[Configuration]:
     out = []
     for d in items:
         servers = tuple(
-            Server(**{**s, "docker_args": tuple(s["docker_args"])}) for s in d["servers"]
+            Server(
+                **{
+                    **s,
+                    "docker_args": tuple(s["docker_args"]),
+                    "serve_args": tuple(s.get("serve_args", ())),
+                }
+            )
+            for s in d["servers"]
         )
         out.append(
             Configuration(

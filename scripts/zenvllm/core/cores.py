@@ -80,6 +80,14 @@ def instances_per_node(
         return {node: 1 for node in sorted(biggest)}
     shares = {node: n * len(c) / total_cores for node, c in cores.items()}
     counts = {node: max(1, math.floor(s)) for node, s in shares.items()}
+    # One per node can take more than the small nodes' shares: give it back from the
+    # nodes furthest over theirs (n > nodes, so every node keeps one).
+    while sum(counts.values()) > n:
+        over = max(
+            (node for node in counts if counts[node] > 1),
+            key=lambda node: (counts[node] - shares[node], node),
+        )
+        counts[over] -= 1
     by_remainder = sorted(shares, key=lambda node: (counts[node] - shares[node], node))
     for node in by_remainder[: n - sum(counts.values())]:
         counts[node] += 1
