@@ -7,10 +7,17 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures" / "hosts"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+# Property tests explore new examples on a developer's machine (that is how they find
+# bugs) but replay a fixed set in CI, so a run's verdict depends on the code alone.
+settings.register_profile("ci", derandomize=True)
+if IN_CI:
+    settings.load_profile("ci")
 
 
 def require(condition: bool, reason: str) -> None:
