@@ -14,6 +14,7 @@ import json
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -102,6 +103,8 @@ def deployment(tmp_path_factory):
         # Small enough that a burst meets them; each test's own requests stay under.
         "zenvllm_gateway_requests_per_second": 5,
         "zenvllm_gateway_burst": 10,
+        # Given, so a --tags gateway run (no plan to size it from) renders the same site.
+        "zenvllm_gateway_connections_per_key": 512,
         # Leave the shared machine's kernel settings alone (checked on nspawn hosts).
         "zenvllm_host_manage_sysctls": False,
         "zenvllm_host_manage_shm": False,
@@ -231,13 +234,13 @@ def test_a_burst_over_the_limit_gets_429_with_retry_after(deployment):
 
 
 def test_the_openai_client_completes_streams_and_lists_models(deployment):
-    import httpx
-    from openai import OpenAI
+    from openai import DefaultHttpxClient, OpenAI
 
+    trust = ssl.create_default_context(cafile=str(gateway.ca(DEPLOYMENT)))  # the CA bundle
     client = OpenAI(
         base_url=f"{URL}/v1",
         api_key=gateway.key(DEPLOYMENT),
-        http_client=httpx.Client(verify=str(gateway.ca(DEPLOYMENT))),
+        http_client=DefaultHttpxClient(verify=trust),
     )
     assert [m.id for m in client.models.list()] == ["tiny-llama"]
     done = client.completions.create(
