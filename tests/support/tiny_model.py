@@ -6,13 +6,16 @@ locally with `tokenizers` on generated text. head_dim is at least 32 because
 vLLM's CPU attention rejects 16 at the first request (the server passes
 /health and then dies), so a smoke test must send a real completion.
 
-Two shapes: `tiny` (0.2 M parameters) for the tests, where only start-up and
+Shapes: `tiny` (0.2 M parameters) for the tests, where only start-up and
 correctness matter; `bench` (26 M) for the benchmark, big enough that the
 forward pass, not vLLM's Python per-step work, is what the CPU spends most
-time on, as with every real model.
+time on; and two real shapes, `qwen0.5b` (494 M) and `qwen1.5b` (1.54 B):
+Qwen2.5-0.5B's and -1.5B's dimensions, grouped-query attention (2 KV heads),
+tied embeddings and a 151,936-token vocabulary (the tokenizer is trained to
+exactly that size on generated words, so every id the model can sample decodes).
 
     ensure_tiny_model(shape="tiny") -> Path    cached under $ZENVLLM_CACHE/models/
-    python tests/support/tiny_model.py [--shape bench] [DIR]
+    python tests/support/tiny_model.py [--shape bench|qwen0.5b|qwen1.5b] [DIR]
 """
 
 from __future__ import annotations
@@ -44,15 +47,42 @@ class Shape:
     layers: int
     heads: int
     intermediate: int
+    kv_heads: int = 0  # grouped-query attention; 0: as many as heads
+    vocab: int = VOCAB
+    tied: bool = False  # lm_head shares the embedding
 
     @property
     def head_dim(self) -> int:
         return self.hidden // self.heads
 
+    @property
+    def kv_dim(self) -> int:
+        return (self.kv_heads or self.heads) * self.head_dim
+
 
 SHAPES = {
     "tiny": Shape("tiny-llama", hidden=128, layers=2, heads=4, intermediate=256),
     "bench": Shape("bench-llama", hidden=512, layers=8, heads=8, intermediate=1408),
+    "qwen0.5b": Shape(
+        "bench-0.5b",
+        hidden=896,
+        layers=24,
+        heads=14,
+        intermediate=4864,
+        kv_heads=2,
+        vocab=151936,
+        tied=True,
+    ),
+    "qwen1.5b": Shape(
+        "bench-1.5b",
+        hidden=1536,
+        layers=28,
+        heads=12,
+        intermediate=8960,
+        kv_heads=2,
+        vocab=151936,
+        tied=True,
+    ),
 }
 
 
@@ -133,19 +163,30 @@ def corpus(lines: int = 2000, seed: int = SEED) -> list[str]:
     return out
 
 
-def train_tokenizer():
+def many_words(lines: int = 60000, seed: int = SEED) -> list[str]:
+    """Text of 120,000 generated words: enough merges for a real-sized vocabulary."""
+    rng = random.Random(seed)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words = ["".join(rng.choice(letters) for _ in range(rng.randint(3, 9))) for _ in range(120000)]
+    return [" ".join(rng.choice(words) for _ in range(12)) for _ in range(lines)]
+
+
+def train_tokenizer(vocab: int = VOCAB):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB,
+        vocab_size=vocab,
         special_tokens=SPECIAL,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(corpus(), trainer=trainer)
+    text = corpus() + (many_words() if vocab > VOCAB else [])
+    tok.train_from_iterator(text, trainer=trainer)
+    if tok.get_vocab_size() != vocab and vocab > VOCAB:
+        raise RuntimeError(f"trained {tok.get_vocab_size()} tokens, not {vocab}")
     return tok
 
 
@@ -157,12 +198,13 @@ def to_bf16_bits(array: np.ndarray) -> np.ndarray:
 
 
 def tensor_shapes(shape: Shape, vocab: int) -> dict[str, tuple[int, ...]]:
-    h, ff = shape.hidden, shape.intermediate
+    h, ff, kv = shape.hidden, shape.intermediate, shape.kv_dim
     shapes: dict[str, tuple[int, ...]] = {
         "model.embed_tokens.weight": (vocab, h),
         "model.norm.weight": (h,),
-        "lm_head.weight": (vocab, h),
     }
+    if not shape.tied:
+        shapes["lm_head.weight"] = (vocab, h)
     for i in range(shape.layers):
         p = f"model.layers.{i}."
         shapes.update(
@@ -170,8 +212,8 @@ def tensor_shapes(shape: Shape, vocab: int) -> dict[str, tuple[int, ...]]:
                 p + "input_layernorm.weight": (h,),
                 p + "post_attention_layernorm.weight": (h,),
                 p + "self_attn.q_proj.weight": (h, h),
-                p + "self_attn.k_proj.weight": (h, h),
-                p + "self_attn.v_proj.weight": (h, h),
+                p + "self_attn.k_proj.weight": (kv, h),
+                p + "self_attn.v_proj.weight": (kv, h),
                 p + "self_attn.o_proj.weight": (h, h),
                 p + "mlp.gate_proj.weight": (ff, h),
                 p + "mlp.up_proj.weight": (ff, h),
@@ -222,7 +264,7 @@ def config(shape: Shape, vocab: int, bos: int, eos: int) -> dict:
         "intermediate_size": shape.intermediate,
         "num_hidden_layers": shape.layers,
         "num_attention_heads": shape.heads,
-        "num_key_value_heads": shape.heads,
+        "num_key_value_heads": shape.kv_heads or shape.heads,
         "head_dim": shape.head_dim,
         "hidden_act": "silu",
         "max_position_embeddings": MAX_LEN,
@@ -231,14 +273,14 @@ def config(shape: Shape, vocab: int, bos: int, eos: int) -> dict:
         "vocab_size": vocab,
         "bos_token_id": bos,
         "eos_token_id": eos,
-        "tie_word_embeddings": False,
+        "tie_word_embeddings": shape.tied,
         "torch_dtype": "bfloat16",
         "zenvllm_tiny_recipe": RECIPE,
     }
 
 
 def write_model(directory: Path, shape: Shape) -> None:
-    tok = train_tokenizer()
+    tok = train_tokenizer(shape.vocab)
     vocab = tok.get_vocab_size()
     bos, eos = tok.token_to_id("<s>"), tok.token_to_id("</s>")
     tok.save(str(directory / "tokenizer.json"))
