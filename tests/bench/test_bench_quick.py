@@ -213,3 +213,15 @@ def test_a_full_disk_under_out_is_named_and_leaves_nothing(prerequisites, tmp_pa
         assert named(f"zenvllm-bench-stock-{port}") == []
     finally:
         subprocess.run(["umount", str(small)], check=True)
+
+
+def test_dry_run_prints_only_the_configurations_as_json(prerequisites, tmp_path):
+    args = ["--model", str(prerequisites), "--configs", "stock,auto,vllm-dp"]
+    done = zenvllm_bench(*args, "--dry-run", "--out", str(tmp_path / "out"), capture_output=True)
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)  # notes go inside the JSON, not before it
+    by_name = {c["name"]: c for c in plan["configurations"]}
+    assert set(by_name) == {"stock", "auto", "vllm-dp"}
+    assert by_name["vllm-dp"]["servers"][0]["serve_args"][0] == "--data-parallel-size"
+    assert any(n.startswith("planner bandwidth:") for n in plan["notes"])
+    assert not (tmp_path / "out").exists()  # nothing measured, nothing written

@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     gateway_url, deployment, configs = choose_gateway(
         args, configs, notes, model_dir, images["vllm-openai"], workload, max_len
     )
-    for note in notes:
+    for note in notes if not args.dry_run else []:  # --dry-run's JSON carries them
         runner.say(f"note: {note}")
     settings = runner.Settings(
         model_dir=model_dir,
