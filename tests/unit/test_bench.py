@@ -484,3 +484,28 @@ def test_vllm_dp_runs_one_rank_per_planner_slice_in_one_container():
     # The result document keeps it, and reads it back whole.
     again = results.configs_from_dicts([results.config_dict(dp, "img:1")])
     assert again[0].servers[0].serve_args == server.serve_args
+
+
+def test_the_roofline_compares_weight_bytes_streamed_with_the_cores_bandwidth():
+    configs, _ = layouts.resolve(
+        ["stock", "auto", "vllm-dp", "gateway"], host("vm-milan-8vcpu-avx2"), TINY, 8401, 512
+    )
+    by_name = {c.name: c for c in configs}
+    summaries = [
+        results.Summary(name, "x", 1, 10, 10, 10, 20, 5, 5, 5, tpot, tpot, tpot, None)
+        for name, tpot in (("stock", 100.0), ("auto", 50.0), ("vllm-dp", 50.0), ("gateway", 60.0))
+    ]
+    rows = {r["config"]: r for r in results.roofline(summaries, configs, 10**9, 2.5, 4)}
+    # 1 GB per step every 100 ms: 10 GB/s, over stock's 4 cores x 2.5 GB/s = 100 %.
+    assert rows["stock"] == {
+        "config": "stock",
+        "weight_gbs": 10.0,
+        "bandwidth_gbs": 10.0,
+        "percent": 100.0,
+    }
+    cores = [len(layouts.cpu_ids(s.omp_bind)) for s in by_name["auto"].servers]
+    assert rows["auto"]["weight_gbs"] == 20.0  # per instance: each reads its own weights
+    assert rows["auto"]["bandwidth_gbs"] == round(2.5 * sum(cores) / len(cores), 2)
+    assert rows["vllm-dp"]["bandwidth_gbs"] == rows["auto"]["bandwidth_gbs"]  # a rank a slice
+    assert "gateway" not in rows  # no servers of its own to measure against
+    assert results.roofline(summaries, configs, 0, 2.5, 4) == []  # model size unknown

@@ -11,6 +11,7 @@ from zenvllm.bench import gateway, layouts, results, runner
 from zenvllm.bench.gateway import Deployment
 from zenvllm.core import calibration
 from zenvllm.core.arguments import real, whole
+from zenvllm.core.cores import usable_cores
 from zenvllm.core.errors import UserError
 from zenvllm.core.host import GIB, Host
 from zenvllm.core.model import read_model
@@ -90,6 +91,10 @@ def run(args: argparse.Namespace) -> int:
         plots=not args.no_plots,
         host_label=describe_host(host),
         notes=notes,
+        weight_bytes=model.weight_bytes,
+        core_bandwidth_gbs=base.core_bandwidth_gbs,
+        bandwidth_source=base.bandwidth_source,
+        host_cores=sum(len(c) for c in usable_cores(host).values()),
     )
     if args.dry_run:
         return print_plan(configs, images, workload, notes)

@@ -93,7 +93,26 @@ def markdown(result: dict) -> str:
         f" best layout of its image: {v['best_layout']}; best overall: {v['best_overall']}.",
     ]
     parts += [f"- {n}" for n in meta.get("notes", [])]
+    if result.get("roofline"):
+        parts += ["", roofline_table(result["roofline"], meta)]
     return "\n".join(parts) + "\n"
+
+
+def roofline_table(rows: list[dict], meta: dict) -> str:
+    """Weight bytes each instance streamed per second against its cores' bandwidth."""
+    lines = [
+        f"Roofline: weight bytes streamed per instance ({meta['weight_bytes'] / 1e9:.2f} GB "
+        f"per decode step / median TPOT) against its cores x {meta['core_bandwidth_gbs']:g} "
+        f"GB/s per core ({meta.get('bandwidth_source', 'the planner default')}).",
+        "",
+        "| configuration | weight GB/s per instance | bandwidth GB/s per instance | % |",
+        "|---|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {r['config']} | {r['weight_gbs']:g} | {r['bandwidth_gbs']:g} | {r['percent']:g}% |"
+        for r in rows
+    ]
+    return "\n".join(lines)
 
 
 # -- plots -------------------------------------------------------------------

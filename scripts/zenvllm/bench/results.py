@@ -8,7 +8,14 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass, replace
 
-from zenvllm.bench.layouts import ACCEPTANCE_RATIO, PLANNER, STOCK, Configuration, Server
+from zenvllm.bench.layouts import (
+    ACCEPTANCE_RATIO,
+    PLANNER,
+    STOCK,
+    Configuration,
+    Server,
+    cpu_ids,
+)
 
 # -- results -----------------------------------------------------------------
 
@@ -240,6 +247,43 @@ def config_dict(config: Configuration, image: str | None) -> dict:
     return d
 
 
+def instance_cores(server: Server, host_cores: int) -> list[int]:
+    """Physical cores of each instance (DP rank) of a server: its OpenMP list, one CPU
+    per core; "auto" (stock) is every core of the host."""
+    if server.omp_bind == "auto":
+        return [host_cores]
+    return [len(cpu_ids(rank)) for rank in server.omp_bind.split("|")]
+
+
+def roofline(
+    summaries: list[Summary],
+    configs: list[Configuration],
+    weight_bytes: int,
+    core_gbs: float,
+    host_cores: int,
+) -> list[dict]:
+    """Per configuration: the weight bytes per second each instance streamed (every decode
+    step reads every weight once, and a step takes the median TPOT) against what its cores
+    can stream (cores x the planner's per-core bandwidth), as a percentage."""
+    by_name = {c.name: c for c in configs}
+    rows = []
+    for s in summaries:
+        cores = [n for srv in by_name[s.config].servers for n in instance_cores(srv, host_cores)]
+        if not cores or s.tpot_ms <= 0 or weight_bytes <= 0 or core_gbs <= 0:
+            continue  # the gateway has no servers of its own
+        streamed = weight_bytes / (s.tpot_ms / 1000) / 1e9
+        available = core_gbs * statistics.mean(cores)
+        rows.append(
+            {
+                "config": s.config,
+                "weight_gbs": round(streamed, 2),
+                "bandwidth_gbs": round(available, 2),
+                "percent": round(100 * streamed / available, 1),
+            }
+        )
+    return rows
+
+
 def result_document(
     meta: dict, configs: list[Configuration], images: dict[str, str], runs: list[Run]
 ) -> dict:
@@ -250,4 +294,11 @@ def result_document(
         "runs": [asdict(r) for r in runs],
         "summary": [asdict(s) for s in summaries],
         "verdict": verdict(summaries, configs),
+        "roofline": roofline(
+            summaries,
+            configs,
+            meta.get("weight_bytes", 0),
+            meta.get("core_bandwidth_gbs", 0.0),
+            meta.get("host_cores", 0),
+        ),
     }

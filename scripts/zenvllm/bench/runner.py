@@ -49,6 +49,11 @@ class Settings:
     plots: bool = True
     host_label: str = ""
     notes: list[str] = field(default_factory=list)
+    # For the roofline: what a decode step reads, and what a core can stream.
+    weight_bytes: int = 0
+    core_bandwidth_gbs: float = 0.0
+    bandwidth_source: str = ""
+    host_cores: int = 0
 
 
 def say(text: str) -> None:
@@ -337,6 +342,10 @@ def _measure_into(
             "wall_s": round(time.time() - started, 1),
             "notes": settings.notes,
             "failures": failures,
+            "weight_bytes": settings.weight_bytes,
+            "core_bandwidth_gbs": settings.core_bandwidth_gbs,
+            "bandwidth_source": settings.bandwidth_source,
+            "host_cores": settings.host_cores,
         }
         result = results.result_document(meta, configs, settings.images, runs)
         report.write_outputs(result, staging, plots=settings.plots)
