@@ -204,7 +204,7 @@ def measure(
             )
         return runs
     finally:
-        stop(config.servers, raw)
+        stop(config.name, config.servers, raw)
         if config.kind == "gateway" and settings.gateway_deploy:
             gateway.teardown(settings.gateway_deploy, raw)
 
@@ -249,11 +249,13 @@ def config_endpoints(
     return [(f"http://127.0.0.1:{s.port}", layouts.MODEL_MOUNT) for s in config.servers]
 
 
-def stop(servers: tuple[layouts.Server, ...], raw: Path) -> None:
+def stop(config: str, servers: tuple[layouts.Server, ...], raw: Path) -> None:
+    """Keep each server's log, named by its configuration too (configurations reuse
+    container names), then remove it."""
     for s in servers:
         log = DOCKER.run("logs", s.name, timeout=60)
         if log.returncode == 0:
-            (raw / f"{s.name}.log").write_text(log.stdout + log.stderr)
+            (raw / f"{config}-{s.name}.log").write_text(log.stdout + log.stderr)
         DOCKER.run("rm", "-f", s.name, timeout=120)
 
 
