@@ -130,6 +130,6 @@ def test_calibrate_never_replaces_a_file_it_did_not_write(tmp_path):
     out.write_text('{"mine": true}\n')
     done = zenvllm("calibrate", "--out", str(out), "--seconds", "0.3")
     assert done.returncode == 2 and out.read_text() == '{"mine": true}\n'
-    assert f"calibration file {out}" in done.stderr
+    assert f"--out {out} exists and is not a calibration zenvllm wrote" in done.stderr
     with pytest.raises(UserError):
         parse(out.read_text(), str(out))

@@ -20,7 +20,13 @@ def check_out(path: Path) -> None:
     if path.is_symlink() or (path.exists() and not path.is_file()):
         raise UserError(f"--out {path} is not a regular file; give a file path")
     if path.exists():
-        parse(path.read_text(errors="replace"), str(path))  # a UserError unless it is ours
+        try:
+            parse(path.read_text(errors="replace"), str(path))
+        except UserError:
+            raise UserError(
+                f"--out {path} exists and is not a calibration zenvllm wrote; zenvllm never "
+                "replaces a file it did not write: give another --out, or move it away"
+            ) from None
 
 
 def write_atomically(path: Path, text: str) -> None:
