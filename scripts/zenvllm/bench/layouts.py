@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from zenvllm.core.container import placement
 from zenvllm.core.cores import usable_cores
 from zenvllm.core.errors import PlanError, UserError
 from zenvllm.core.host import Host
@@ -249,32 +250,28 @@ def dp_server(plan: Plan, port: int) -> Server:
     """vLLM's data parallel over the plan's slices: one container on all of them, one rank
     per slice, each rank's OpenMP threads on its slice (VLLM_CPU_OMP_THREADS_BIND's "|"
     form) and its KV cache as planned; the container gets the slices' memory and shm."""
-    cpus = sorted({c for i in plan.instances for c in i.cpus})
-    mems = sorted({m for i in plan.instances for m in i.mems})
+    first = plan.instances[0]
+    # One container over every slice: placement() of their union, as for any instance.
+    union = replace(
+        first,
+        cpus=tuple(sorted({c for i in plan.instances for c in i.cpus})),
+        mems=tuple(sorted({m for i in plan.instances for m in i.mems})),
+        shm_size_mib=sum(i.shm_size_mib for i in plan.instances),
+        memory_limit_mib=sum(i.memory_limit_mib for i in plan.instances),
+    )
     bind = "|".join(i.omp_threads_bind for i in plan.instances)
     kv = min(i.kv_cache_gib for i in plan.instances)
-    env = {
-        **plan.instances[0].env,
-        "VLLM_CPU_KVCACHE_SPACE": str(kv),
-        "VLLM_CPU_OMP_THREADS_BIND": bind,
-    }
+    env = {**first.env, "VLLM_CPU_KVCACHE_SPACE": str(kv), "VLLM_CPU_OMP_THREADS_BIND": bind}
     env.pop("ZENVLLM_PLAN", None)  # vLLM's own command: no launcher reads it
-    shm = sum(i.shm_size_mib for i in plan.instances)
-    memory = sum(i.memory_limit_mib for i in plan.instances)
     return Server(
         name=f"zenvllm-bench-dp-{port}",
         port=port,
-        cpus=format_cpu_list(cpus),
+        cpus=format_cpu_list(union.cpus),
         omp_bind=bind,
-        mems=format_cpu_list(mems),
+        mems=format_cpu_list(union.mems),
         kv_cache_gib=kv,
         env=env,
-        docker_args=(
-            f"--cpuset-cpus={format_cpu_list(cpus)}",
-            f"--cpuset-mems={format_cpu_list(mems)}",
-            f"--shm-size={shm}m",
-            f"--memory={memory}m",
-        ),
+        docker_args=tuple(placement(union)),
         serve_args=("--data-parallel-size", str(len(plan.instances))),
     )
 

@@ -192,7 +192,7 @@ def instance_of(
 
 
 def layout_notes(
-    host: Host, cores: dict, counts: dict[int, int], model: Model, policy: Policy
+    host: Host, cores: dict, counts: dict, model: Model, policy: Policy, per_instance: int
 ) -> tuple[list[str], list[str]]:
     """Why the instances are counted as they are; which nodes stay idle."""
     warnings: list[str] = []
@@ -200,7 +200,7 @@ def layout_notes(
     if policy.instances is None:
         notes.append(
             f"auto: {model.weight_gib:.2f} GiB of weights need "
-            f"{cores_per_instance(model, policy)} core(s) per instance to keep a decode step "
+            f"{per_instance} core(s) per instance to keep a decode step "
             f"under {policy.tpot_target_ms:g} ms at ~{policy.core_bandwidth_gbs:g} GB/s per "
             f"core (cap {policy.max_cores_per_instance}); that bandwidth is "
             f"{policy.bandwidth_source}"
@@ -280,8 +280,9 @@ def make_plan(host: Host, model: Model, policy: Policy | None = None) -> Plan:
             "no usable CPUs: the cgroup cpuset allows none of the online CPUs; "
             "widen the container's --cpuset-cpus"
         )
-    counts = instances_per_node(cores, policy, cores_per_instance(model, policy))
-    warnings, notes = layout_notes(host, cores, counts, model, policy)
+    per_instance = cores_per_instance(model, policy)
+    counts = instances_per_node(cores, policy, per_instance)
+    warnings, notes = layout_notes(host, cores, counts, model, policy, per_instance)
     counts, kv_by_node, kv_warnings, kv_notes = kv_cache_per_node(host, model, policy, counts)
     instances, place_warnings, place_notes = place(host, model, policy, cores, counts, kv_by_node)
     last_warnings, last_notes = final_checks(host, policy, instances)
