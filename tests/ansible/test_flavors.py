@@ -274,6 +274,29 @@ def test_a_gateway_port_an_instance_uses_is_refused(tmp_path):
     assert not (tmp_path / "site.conf").exists()
 
 
+def test_a_tls_directory_zenvllm_did_not_make_is_refused_untouched(tmp_path):
+    theirs = tmp_path / "ssl"
+    theirs.mkdir()
+    (theirs / "server.key").write_text("the operator's key\n")
+    run = playbook(
+        "--check",
+        "--tags",
+        "gateway",
+        extra_vars={
+            "zenvllm_gateway_listen": "127.0.0.1:8443",
+            "zenvllm_gateway_upstreams": ["127.0.0.1:8001"],
+            "zenvllm_gateway_site_path": str(tmp_path / "site.conf"),
+            "zenvllm_gateway_tls_dir": str(theirs),
+            "zenvllm_instances_deployment": "zenvllm-tls-theirs",
+        },
+    )
+    assert run.rc != 0
+    assert f"{theirs} exists and zenvllm did not make it" in run.output, run.output[-3000:]
+    assert [p.name for p in theirs.iterdir()] == ["server.key"]  # no marker, no pair
+    assert (theirs / "server.key").read_text() == "the operator's key\n"
+    assert not (tmp_path / "site.conf").exists()
+
+
 def render_one(tmp_path, supervisor: str, **extra):
     return playbook(
         "--tags",
