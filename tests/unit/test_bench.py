@@ -219,7 +219,8 @@ def test_planned_servers_run_the_deployments_container():
         *container.run_args[1:],
     ]
     argv = spec.argv
-    assert "--cpuset-cpus=2" in argv and "--cpuset-mems=0" in argv
+    # 31 GiB hold six instances of 4.6 GiB: two 2-core slices, then four of one core.
+    assert "--cpuset-cpus=2-3" in argv and "--cpuset-mems=0" in argv
     assert "--network=host" in argv and "--cap-drop=ALL" in argv
     assert f"--security-opt=seccomp={launch.SECCOMP_PROFILE}" in argv
     assert launch.SECCOMP_PROFILE.is_file()
@@ -230,8 +231,8 @@ def test_planned_servers_run_the_deployments_container():
     env_file = f"/run/b/{second.name}.env"
     assert f"--env-file={env_file}" in argv
     env = dict(line.split("=", 1) for line in spec.files[env_file].splitlines())
-    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "2" and env["HF_HUB_OFFLINE"] == "1"
-    assert json.loads(env["ZENVLLM_PLAN"])["cpus"] == "2"
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "2-3" and env["HF_HUB_OFFLINE"] == "1"
+    assert json.loads(env["ZENVLLM_PLAN"])["cpus"] == "2-3"
     assert argv[-1] == "--enforce-eager"
 
 
@@ -284,7 +285,7 @@ def runs_of(config, rates):
 
 
 def sample_configs():
-    # Eight CPUs without SMT: single (1 x 8) and auto (4 x 2) are distinct runs.
+    # Eight CPUs without SMT: single (1 x 8) and auto (six of 1-2 CPUs) are distinct runs.
     configs, _ = layouts.resolve(
         ["stock", "single", "auto"], host("vm-milan-8vcpu-avx2"), TINY, 8401, 512
     )
@@ -359,7 +360,7 @@ def test_tables_are_shaped_like_amds():
     assert amd[0] == "| Model | stock | auto | autovsstock |"
     assert amd[2] == "| tiny-llama | 400 | 600 | 1.500 |"
     text = report.markdown(doc)
-    assert "| auto | 7 x 1/2 CPUs | 600 | 560-700 |" in text
+    assert "| auto | 6 x 1/2 CPUs | 600 | 560-700 |" in text  # 31 GiB hold six
     assert "1.500x" in text and "acceptance 1.3x: met" in text
 
 

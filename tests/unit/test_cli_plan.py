@@ -78,7 +78,7 @@ def test_impossible_model_exits_non_zero_naming_needed_and_available_gib():
     result = zenvllm("plan", "--flavor", "epyc-9454-24c-96g", "--model-size-gib", "140", "--json")
     assert result.returncode == 2
     assert result.stdout == ""
-    assert "needs 144.0 GiB" in result.stderr and "93.1 GiB usable of 96.0 GiB" in result.stderr
+    assert "needs 144.5 GiB" in result.stderr and "93.1 GiB usable of 96.0 GiB" in result.stderr
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from zenvllm.core.errors import PlanError
 from zenvllm.core.flavors import CPU_MODELS, PRESETS, synthetic_host
 from zenvllm.core.host import GIB, MIB
-from zenvllm.core.memory import node_budget
+from zenvllm.core.memory import node_budget, page_cache_room
 from zenvllm.core.model import Model, model_of_size
 from zenvllm.core.plan import Policy, make_plan
 from zenvllm.core.topology import parse_cpu_list
@@ -26,6 +26,7 @@ def flavor(vcpus, ram, numa=1, smt=1, cpu="genoa"):
 def check_invariants(plan, host):
     seen: set[int] = set()
     per_node: dict[int, int] = {}
+    limits: dict[int, int] = {}
     for inst in plan.instances:
         cpus = set(inst.cpus)
         assert cpus, inst
@@ -40,11 +41,14 @@ def check_invariants(plan, host):
         assert inst.env["VLLM_CPU_OMP_THREADS_BIND"] == inst.omp_threads_bind
         assert inst.env["VLLM_CPU_KVCACHE_SPACE"] == str(inst.kv_cache_gib)
         assert inst.kv_cache_gib >= plan.policy.min_kv_cache_gib
-        per_node[inst.node] = per_node.get(inst.node, 0) + inst.memory_limit_mib * MIB - MIB
+        # The limit leaves room for the weights' page cache; the node budget does not.
+        resident = inst.memory_limit_mib * MIB - MIB - page_cache_room(plan.model)
+        limits[inst.node] = limits.get(inst.node, 0) + inst.memory_limit_mib * MIB - MIB
+        per_node[inst.node] = per_node.get(inst.node, 0) + resident
     for node_id, used in per_node.items():
         assert used <= node_budget(host.node(node_id).mem_total_bytes, plan.policy)
     if host.cgroup_mem_limit_bytes:
-        assert sum(per_node.values()) <= host.cgroup_mem_limit_bytes
+        assert sum(limits.values()) <= host.cgroup_mem_limit_bytes
     ports = [i.port for i in plan.instances]
     assert len(set(ports)) == len(ports)
 
@@ -172,16 +176,18 @@ def test_kv_cache_is_the_nodes_leftover_times_the_fraction():
     host = flavor(4, 64)
     plan = make_plan(host, model_of_size(10), Policy(instances=2, kv_fraction=0.5))
     budget = 64 * GIB - (1 * GIB + 0.02 * 64 * GIB)
-    fixed = 10 * GIB + 2 * GIB + 1024 * MIB
+    fixed = 10 * GIB + 2.5 * GIB + 1024 * MIB
     expected = int((budget - 2 * fixed) * 0.5 / 2 // GIB)
     assert [i.kv_cache_gib for i in plan.instances] == [expected, expected]
-    assert plan.instances[0].memory_limit_mib == (fixed + expected * GIB) // MIB
+    # The limit adds the weights' page cache (10 GiB again), which the budget does not count.
+    assert plan.instances[0].memory_limit_mib == (fixed + 10 * GIB + expected * GIB) // MIB
 
 
 def test_cgroup_limit_caps_the_kv_cache():
     host = dataclasses.replace(flavor(4, 64), cgroup_mem_limit_bytes=16 * GIB)
     (inst,) = make_plan(host, model_of_size(4), Policy(instances=1)).instances
-    assert inst.kv_cache_gib == int(((16 * 0.98) - 7) * 0.9)
+    # weights 4 + runtime 2.5 + shm 1 + the weights' page cache 4, all charged to the cgroup
+    assert inst.kv_cache_gib == int(((16 * 0.98) - 11.5) * 0.9)
     assert inst.memory_limit_mib * MIB <= 16 * GIB
 
 
@@ -189,7 +195,7 @@ def test_model_larger_than_the_node_is_refused_with_the_numbers():
     with pytest.raises(PlanError) as err:
         make_plan(synthetic_host("epyc-9454-24c-96g"), model_of_size(140))
     message = str(err.value)
-    assert "144.0 GiB" in message  # 140 weights + 2 runtime + 1 shm + 1 KV
+    assert "144.5 GiB" in message  # 140 weights + 2.5 runtime + 1 shm + 1 KV
     assert "93.1 GiB usable of 96.0 GiB" in message
     assert "quantized" in message
 

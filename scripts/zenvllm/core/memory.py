@@ -20,6 +20,18 @@ def fixed_cost(model: Model, policy: Policy) -> int:
     return int(model.weight_bytes + policy.runtime_overhead_gib * GIB + policy.shm_size_mib * MIB)
 
 
+def page_cache_room(model: Model) -> int:
+    """Room in an instance's memory limit for the page cache of its weight files.
+
+    The container's cgroup is charged for the file pages it reads while loading, and
+    vLLM 0.32 checks limit - usage (page cache included) against the KV cache it is
+    about to allocate: with a 0.5 B model (0.92 GiB) the cgroup held 4.4 GiB just
+    before that check, 1.2 GiB of it page cache. The pages are reclaimable, so a
+    node's budget does not count them; only the limit leaves them room.
+    """
+    return int(model.weight_bytes)
+
+
 def kv_need_gib(model: Model, policy: Policy, max_len: int | None) -> int | None:
     """The most KV cache the scheduler can fill: max_num_seqs sequences of max_len."""
     if not (model.kv_bytes_per_token and max_len):
@@ -74,12 +86,13 @@ def node_kv_gib(
     return max(need, policy.min_kv_cache_gib) if need is not None and need < kv else kv
 
 
-def cgroup_cap_gib(host: Host, policy: Policy, total: int, fixed: int) -> int | None:
-    """Each instance's KV GiB under the cgroup memory limit; None without a limit."""
+def cgroup_cap_gib(host: Host, policy: Policy, total: int, charged: int) -> int | None:
+    """Each instance's KV GiB under the cgroup memory limit, which is charged for the
+    page cache too (`charged` per instance); None without a limit."""
     limit = host.cgroup_mem_limit_bytes
     if not limit:
         return None
-    room = int((limit * (1 - policy.os_reserve_fraction) - total * fixed) * policy.kv_fraction)
+    room = int((limit * (1 - policy.os_reserve_fraction) - total * charged) * policy.kv_fraction)
     return room // total // GIB if room > 0 else 0
 
 
@@ -105,7 +118,7 @@ def kv_cache_per_node(
             counts[node_id] = fit
         kv_by_node[node_id] = node_kv_gib(node_id, fit, budget, fixed, need, policy)
 
-    cap = cgroup_cap_gib(host, policy, sum(counts.values()), fixed)
+    cap = cgroup_cap_gib(host, policy, sum(counts.values()), fixed + page_cache_room(model))
     if cap is not None and cap < max(kv_by_node.values()):
         notes.append(
             f"KV capped at {cap} GiB by the cgroup memory limit {gib(host.cgroup_mem_limit_bytes)}"
@@ -114,14 +127,14 @@ def kv_cache_per_node(
 
     for node_id, kv in kv_by_node.items():
         if kv < policy.min_kv_cache_gib:
-            where = (
-                f"the cgroup memory limit {gib(host.cgroup_mem_limit_bytes)}"
-                if host.cgroup_mem_limit_bytes
-                else f"node {node_id}"
-            )
+            if host.cgroup_mem_limit_bytes:
+                size = f"{gib(fixed + page_cache_room(model))} each (page cache of the weights too)"
+                where = f"the cgroup memory limit {gib(host.cgroup_mem_limit_bytes)}"
+            else:
+                size, where = f"{gib(fixed)} each", f"node {node_id}"
             raise PlanError(
                 f"KV cache would be {kv} GiB per instance, below the {policy.min_kv_cache_gib} GiB "
-                f"minimum: {counts[node_id]} instance(s) of {gib(fixed)} each leave too little "
+                f"minimum: {counts[node_id]} instance(s) of {size} leave too little "
                 f"of {where}. Use fewer instances, a smaller or quantized model, or a bigger flavor"
             )
     return counts, kv_by_node, warnings, notes

@@ -46,7 +46,7 @@ from zenvllm.core.cores import (
 )
 from zenvllm.core.errors import PlanError
 from zenvllm.core.host import GIB, MIB, Host
-from zenvllm.core.memory import fixed_cost, gib, kv_cache_per_node
+from zenvllm.core.memory import fixed_cost, gib, kv_cache_per_node, page_cache_room
 from zenvllm.core.model import Model
 from zenvllm.core.policy import LAYOUTS, Policy, check_policy
 from zenvllm.core.targets import TARGETS
@@ -154,14 +154,15 @@ def instance_of(
     slice_cores: list[tuple[int, ...]],
     mems: tuple[int, ...],
     kv: int,
-    fixed: int,
+    limit_bytes: int,
     policy: Policy,
 ) -> Instance:
-    """One instance on its slice of cores: names, port, binding, sizes and env."""
+    """One instance on its slice of cores: names, port, binding, sizes and env; its
+    memory limit is `limit_bytes` (everything but the KV cache) plus the KV cache."""
     name = f"{policy.name_prefix}-{index}"
     cpus = tuple(sorted(c for ids in slice_cores for c in ids))
     omp = omp_cpus_of(slice_cores, policy)
-    memory_mib = math.ceil((fixed + kv * GIB) / MIB)
+    memory_mib = math.ceil((limit_bytes + kv * GIB) / MIB)
     # What the container's launcher checks instead of planning again.
     promise = deployed.Promise(
         name,
@@ -226,7 +227,8 @@ def place(
     instances: list[Instance] = []
     warnings: list[str] = []
     notes: list[str] = []
-    fixed = fixed_cost(model, policy)
+    # The limit leaves the weight files' page cache room; the node's budget does not.
+    limit_bytes = fixed_cost(model, policy) + page_cache_room(model)
     for node_id, k in counts.items():
         kv = kv_by_node[node_id]
         mems = (node_id,) if node_id in host.allowed_mems else tuple(sorted(host.allowed_mems))
@@ -234,7 +236,7 @@ def place(
             warnings.append(f"node {node_id}'s memory is outside the cgroup; using nodes {mems}")
         for slice_cores in split_cores(cores[node_id], k, policy.layout):
             index = len(instances)
-            instances.append(instance_of(index, node_id, slice_cores, mems, kv, fixed, policy))
+            instances.append(instance_of(index, node_id, slice_cores, mems, kv, limit_bytes, policy))
         tokens = (
             f", room for {kv * GIB // model.kv_bytes_per_token:,} tokens"
             if model.kv_bytes_per_token
@@ -247,7 +249,9 @@ def place(
     return instances, warnings, notes
 
 
-def final_checks(host: Host, policy: Policy, instances: list[Instance]) -> tuple[list, list]:
+def final_checks(
+    host: Host, model: Model, policy: Policy, instances: list[Instance]
+) -> tuple[list, list]:
     """Ports in range (else a PlanError); shared cores and a tight host, said."""
     warnings: list[str] = []
     notes: list[str] = []
@@ -261,7 +265,8 @@ def final_checks(host: Host, policy: Policy, instances: list[Instance]) -> tuple
     last_port = policy.base_port + len(instances) - 1
     if last_port > 65535:
         raise PlanError(f"ports {policy.base_port}-{last_port} run past 65535; lower --base-port")
-    footprint = sum(i.memory_limit_mib for i in instances) * MIB
+    # Resident memory: the limits less the page cache room, which the kernel reclaims.
+    footprint = sum(i.memory_limit_mib * MIB - page_cache_room(model) for i in instances)
     if footprint > host.mem_available_bytes:
         warnings.append(
             f"the plan needs {gib(footprint)} but only {gib(host.mem_available_bytes)} is "
@@ -285,7 +290,7 @@ def make_plan(host: Host, model: Model, policy: Policy | None = None) -> Plan:
     warnings, notes = layout_notes(host, cores, counts, model, policy, per_instance)
     counts, kv_by_node, kv_warnings, kv_notes = kv_cache_per_node(host, model, policy, counts)
     instances, place_warnings, place_notes = place(host, model, policy, cores, counts, kv_by_node)
-    last_warnings, last_notes = final_checks(host, policy, instances)
+    last_warnings, last_notes = final_checks(host, model, policy, instances)
     warnings = [*([inactive] if inactive else []), *warnings, *kv_warnings]
     warnings += [*place_warnings, *last_warnings]
     notes += [*kv_notes, *place_notes, *last_notes]

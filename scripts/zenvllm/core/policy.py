@@ -25,7 +25,9 @@ class Policy:
     kv_fraction: float = 0.9  # of what is left on the node once weights etc. are placed
     kv_cache_gib: int | None = None  # explicit size per instance, overrides the fraction
     min_kv_cache_gib: int = 1
-    runtime_overhead_gib: float = 2.0  # torch + vLLM processes (measured ~2.2 GB RSS idle)
+    # The API server, engine core and worker processes beside the weights: measured
+    # 2.2-2.35 GiB RSS while a 0.5 B model loaded (README, Planning).
+    runtime_overhead_gib: float = 2.5
     os_reserve_gib: float = 1.0  # per node, plus os_reserve_fraction of the node
     os_reserve_fraction: float = 0.02
     shm_size_mib: int = 1024  # vLLM's message queues and OpenMP's registration files
