@@ -228,7 +228,7 @@ def place(
     warnings: list[str] = []
     notes: list[str] = []
     # The limit leaves the weight files' page cache room; the node's budget does not.
-    limit_bytes = fixed_cost(model, policy) + page_cache_room(model)
+    limit = fixed_cost(model, policy) + page_cache_room(model)
     for node_id, k in counts.items():
         kv = kv_by_node[node_id]
         mems = (node_id,) if node_id in host.allowed_mems else tuple(sorted(host.allowed_mems))
@@ -236,7 +236,7 @@ def place(
             warnings.append(f"node {node_id}'s memory is outside the cgroup; using nodes {mems}")
         for slice_cores in split_cores(cores[node_id], k, policy.layout):
             index = len(instances)
-            instances.append(instance_of(index, node_id, slice_cores, mems, kv, limit_bytes, policy))
+            instances.append(instance_of(index, node_id, slice_cores, mems, kv, limit, policy))
         tokens = (
             f", room for {kv * GIB // model.kv_bytes_per_token:,} tokens"
             if model.kv_bytes_per_token
