@@ -17,7 +17,7 @@ PYTEST  := mkdir -p $(CURDIR)/.cache && $(BIN)/pytest -p no:cacheprovider --base
 TIERS   := fast image serve ansible bench reliability
 
 .PHONY: help venv lint unit test test-fast engine base-image tiny-model image deploy undeploy \
-        model-given bench bench-images test-image test-serve test-ansible test-bench \
+        model-given bench peer-image bench-images test-image test-serve test-ansible test-bench \
         test-reliability clean
 
 help:
@@ -26,7 +26,7 @@ help:
 	@echo "make test               every test tier, as CI runs it"
 	@echo "make test-fast          lint + pure-logic unit tests"
 	@echo "make image [TARGET=..]  build an image (vllm-openai, zen, pace)"
-	@echo "make bench              benchmark stock vs planned layouts"
+	@echo "make bench [MODEL=DIR]  benchmark stock vLLM, the planned layouts and the peers"
 	@echo "make bench-images       image sizes and cold/warm build times"
 
 venv: $(VENV)/.installed
@@ -96,16 +96,36 @@ test-ansible: venv engine
 	    --no-install-recommends systemd-container debootstrap >/dev/null; }
 	$(PYTEST) -q tests/ansible
 
-# The full sweep (~25 min on 2 cores): stock vLLM against every layout the planner
-# considers, zen against plain, and a deploy.yml gateway; then the files are checked
-# (complete, consistent). MODEL defaults to the 26 M-parameter bench model, made offline.
+# The sweep: stock vLLM against every layout the planner considers, zen against plain,
+# the peers (vLLM's data parallel, llama.cpp's server on bf16 and Q8_0 GGUF) and a
+# deploy.yml gateway, each model in one run; then the files are checked (complete,
+# consistent). By default two real-shape models made offline (Qwen2.5-0.5B's and
+# Qwen2.5-1.5B's shapes, random weights), each to $(BENCH_OUT)/<shape>: about 30 and
+# 45 min on 2 cores. MODEL=DIR measures one model of yours instead, to $(BENCH_OUT).
+# A 0.5 B decode step reads 1 GB, so the workload is 1/4 of the tiny bench's prompts
+# (1/8 for 1.5 B) at 128 in / 128 out, two repeats.
 BENCH_OUT ?= out/bench
+BENCH_MODELS ?= qwen0.5b qwen1.5b
+BENCH_WORKLOAD_qwen0.5b ?= --num-prompts 64 --concurrency 16 --repeats 2
+BENCH_WORKLOAD_qwen1.5b ?= --num-prompts 32 --concurrency 16 --repeats 2
+BENCH_RUN = $(BIN)/zenvllm bench --gateway deploy $(BENCH_ARGS)
 bench: venv engine
 	$(MAKE) image TARGET=vllm-openai
 	$(MAKE) image TARGET=zen
-	$(BIN)/zenvllm bench --gateway deploy --out $(BENCH_OUT) $(BENCH_ARGS) \
-	  --model "$(or $(MODEL),$$($(BIN)/python tests/support/tiny_model.py --shape bench))"
+	$(MAKE) peer-image
+ifneq ($(MODEL),)
+	$(BENCH_RUN) --out $(BENCH_OUT) --model $(abspath $(MODEL))
 	$(BIN)/python -m zenvllm.bench.check $(BENCH_OUT)
+else
+	$(foreach shape,$(BENCH_MODELS),\
+	  $(BENCH_RUN) $(BENCH_WORKLOAD_$(shape)) --out $(BENCH_OUT)/$(shape) \
+	    --model "$$($(BIN)/python tests/support/tiny_model.py --shape $(shape))" && \
+	  $(BIN)/python -m zenvllm.bench.check $(BENCH_OUT)/$(shape) &&) true
+endif
+
+# The bench's llama.cpp peer: llama-server compiled for this machine's CPU (~6 min).
+peer-image: venv engine base-image
+	$(BIN)/zenvllm build --target llamacpp
 
 # Image figures, not tests (~20 min): each target's size and cold/warm build time beside
 # the blog's single-stage recipe; logs stay in out/images, the figures go to docs/images.

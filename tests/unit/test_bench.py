@@ -139,6 +139,8 @@ def test_two_core_machine_folds_identical_layouts():
         "zen-auto",
         "zen-single",
         "vllm-dp",
+        "llamacpp",
+        "llamacpp-q8",
         "gateway",
     }
     assert [(s.cpus, s.omp_bind) for s in by_name["auto"].servers] == [("0", "0"), ("1", "1")]

@@ -12,7 +12,7 @@ import json
 import statistics
 from pathlib import Path
 
-from zenvllm.bench.layouts import ACCEPTANCE_RATIO, STOCK
+from zenvllm.bench.layouts import ACCEPTANCE_RATIO, NEAR_BEST, PLANNER, STOCK
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -59,9 +59,11 @@ def check_outputs(out_dir: Path, expect: list[str] | None = None) -> list[str]:
         mine = [r for r in runs if r["config"] == name]
         problems += config_problems(name, mine, summary.get(name), w)
     problems += ratio_problems(summary)
+    if "peers" in result:  # documents written before the peers table have none
+        problems += peer_problems(result["peers"], summary, result["configurations"])
     problems += compare_csv(out_dir / "runs.csv", runs, "runs.csv")
     problems += compare_csv(out_dir / "summary.csv", result["summary"], "summary.csv")
-    problems += table_problems(out_dir / "table.md", summary)
+    problems += table_problems(out_dir / "table.md", summary, result.get("peers", []))
     problems += plot_problems(out_dir)
     return problems
 
@@ -134,10 +136,40 @@ def ratio_problems(summary: dict[str, dict]) -> list[str]:
     return problems
 
 
-def table_problems(path: Path, summary: dict[str, dict]) -> list[str]:
-    """table.md is what people read: it must show each row's name, throughput and ratio."""
+def peer_problems(peers: list[dict], summary: dict[str, dict], configs: list[dict]) -> list[str]:
+    """A row per peer that ran (and stock), each the quotient of the summary rows."""
+    planner = summary.get(PLANNER)
+    wanted = {c["name"] for c in configs if c["kind"] in ("dp", "llamacpp")} | {STOCK}
+    wanted &= set(summary)
+    if planner is None:
+        return []
+    problems = []
+    rows = {r["peer"]: r for r in peers}
+    for name in sorted(wanted - set(rows)):
+        problems.append(f"peers: no row for {name}")
+    for name, r in rows.items():
+        peer = summary.get(name)
+        if peer is None:
+            problems.append(f"peers: {name} has no summary row")
+            continue
+        for key, field in (("output", "output_tok_s"), ("ttft", "ttft_ms"), ("tpot", "tpot_ms")):
+            want = round(planner[field] / peer[field], 3)
+            if abs(r[key] - want) > 5e-4:
+                problems.append(
+                    f"peers: {name} {key} {r[key]} is not {planner[field]} / {peer[field]} = {want}"
+                )
+    return problems
+
+
+def table_problems(path: Path, summary: dict[str, dict], peers: list[dict]) -> list[str]:
+    """table.md is what people read: it must show each row's name, throughput and ratio,
+    and each peer's quotients."""
     table = path.read_text() if path.is_file() else ""
     problems = []
+    for r in peers:
+        row = f"| {r['peer']} | {r['output']:.3f}x | {r['ttft']:.3f}x | {r['tpot']:.3f}x |"
+        if row not in table:
+            problems.append(f"table.md lacks the peer row {row!r}")
     for s in summary.values():
         for text in (f"| {s['config']}", f"{s['output_tok_s']:g}", f"{s['ratio']:.3f}x"):
             if s["ratio"] is not None and text not in table:
@@ -182,6 +214,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help=f"also require the planner's layout at >= {ACCEPTANCE_RATIO}x stock",
     )
+    parser.add_argument(
+        "--near-best",
+        action="store_true",
+        help=f"also require the planner's layout at >= {NEAR_BEST}x the best configuration "
+        "that serves the same weights",
+    )
     args = parser.parse_args(argv)
     problems = check_outputs(args.out)
     verdict_ = {}
@@ -191,6 +229,12 @@ def main(argv: list[str] | None = None) -> int:
             problems.append(
                 f"the planner's layout ({verdict_['planner']}) made {verdict_['planner_ratio']}x "
                 f"stock output throughput, under the {ACCEPTANCE_RATIO}x acceptance"
+            )
+        if args.near_best and not verdict_.get("near_best"):
+            problems.append(
+                f"the planner's layout ({verdict_['planner']}) made "
+                f"{verdict_.get('planner_vs_best')}x of the best that serves the same weights "
+                f"({verdict_.get('best_same_weights')}), under {NEAR_BEST}x"
             )
     for p in problems:
         print(f"{args.out}: {p}")

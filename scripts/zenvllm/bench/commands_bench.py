@@ -7,7 +7,7 @@ import json
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from zenvllm.bench import gateway, layouts, results, runner
+from zenvllm.bench import gateway, layouts, results, runner, to_gguf
 from zenvllm.bench.gateway import Deployment
 from zenvllm.core import calibration
 from zenvllm.core.arguments import real, whole
@@ -17,7 +17,7 @@ from zenvllm.core.host import GIB, Host
 from zenvllm.core.model import read_model
 from zenvllm.core.plan import Policy
 from zenvllm.core.topology import read_host
-from zenvllm.image import outputs, render
+from zenvllm.image import baseimage, outputs, peers, render
 from zenvllm.image.engine import DOCKER
 from zenvllm.runtime import calibrate
 
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     base, notes = calibrated_policy(host)
     configs, resolved = layouts.resolve(names, host, model, args.base_port, max_len, base)
     notes += resolved
-    images, configs = choose_images(args, configs, notes)
+    images, configs = choose_images(args, configs, notes, host)
     workload = eager_if_needed(args, workload, images["vllm-openai"], notes)
     gateway_url, deployment, configs = choose_gateway(
         args, configs, notes, model_dir, images["vllm-openai"], workload, max_len
@@ -98,19 +98,26 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.dry_run:
         return print_plan(configs, images, workload, notes)
+    settings.gguf = convert_for_peers(configs, model_dir)
     result, status = runner.run_bench(configs, settings)
     runner.print_summary(result, args.out)
     return status
 
 
 def choose_images(
-    args: argparse.Namespace, configs: list[layouts.Configuration], notes: list[str]
+    args: argparse.Namespace, configs: list[layouts.Configuration], notes: list[str], host: Host
 ) -> tuple[dict[str, str], list[layouts.Configuration]]:
-    """Stock is the baseline, so its image must exist; without the zen image the zen
-    configurations are skipped with a note rather than failing the run."""
+    """Stock is the baseline, so its image must exist; without the zen image or the
+    llama.cpp peer's (built for this CPU) their configurations are skipped with a note
+    rather than failing the run."""
     images = {"vllm-openai": args.image or default_image("vllm-openai")}
     if any(c.target == "zen" for c in configs):
         images["zen"] = args.zen_image or default_image("zen")
+    if any(c.target == "llamacpp" for c in configs):
+        config = render.load_config()
+        images["llamacpp"] = args.llamacpp_image or peers.default_tag(
+            config, "llamacpp", peers.cpu_key(host.flags)
+        )
     for target, tag in images.items():
         if not image_present(tag):
             if target == "vllm-openai":
@@ -118,10 +125,21 @@ def choose_images(
                     f"image {tag} not found; build it with `make image` (or pass --image TAG)"
                 )
             notes.append(
-                f"zen configurations skipped: image {tag} not built (make image TARGET=zen)"
+                f"{target} configurations skipped: image {tag} not built "
+                f"(make {'peer-image' if target == 'llamacpp' else 'image TARGET=zen'})"
             )
-            configs = [c for c in configs if c.target != "zen"]
+            configs = [c for c in configs if c.target != target]
     return images, configs
+
+
+def convert_for_peers(configs: list[layouts.Configuration], model_dir: Path) -> dict[str, Path]:
+    """The GGUF files the llama.cpp configurations serve, converted once and cached."""
+    kinds = sorted({s.gguf for c in configs if c.kind == "llamacpp" for s in c.servers})
+    files = {}
+    for kind in kinds:
+        runner.say(f"GGUF {kind}: converting {model_dir.name} (cached after the first run)")
+        files[kind] = to_gguf.cached_gguf(model_dir, kind, baseimage.cache_dir())
+    return files
 
 
 def eager_if_needed(
@@ -240,6 +258,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-model-len", type=positive, help="served context length")
     parser.add_argument("--image", help="vllm-openai image tag (default: what make image builds)")
     parser.add_argument("--zen-image", help="zen image tag (default: make image TARGET=zen)")
+    parser.add_argument(
+        "--llamacpp-image", help="llama.cpp peer image tag (default: make peer-image)"
+    )
     parser.add_argument(
         "--gateway",
         metavar="deploy|URL",

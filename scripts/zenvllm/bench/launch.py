@@ -20,6 +20,7 @@ SECCOMP_PROFILE = (
 )
 
 BENCH_LABEL = "io.zenvllm.bench"
+GGUF_MOUNT = "/gguf"
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,22 @@ def server_launch(server: Server, settings: Settings, run_id: str) -> Launch:
     return Launch([argv[0], *label, *argv[1:]], {container.env_file: container.env_text})
 
 
+def llamacpp_launch(
+    server: Server, image: str, gguf: Path, max_model_len: int, slots: int, run_id: str
+) -> Launch:
+    """llama-server as its docs run it: the GGUF file, a slot per request in flight,
+    each slot with the served context (-c is shared by the slots), its Prometheus
+    counters on (the bench counts generated tokens there), the clients' model name."""
+    argv = ["run", "-d", "--name", server.name, "--network", "host", "--cap-drop", "ALL"]
+    argv += ["--security-opt", "no-new-privileges", *server.docker_args]
+    argv += ["-v", f"{gguf.parent}:{GGUF_MOUNT}:ro", image, "--model", f"{GGUF_MOUNT}/{gguf.name}"]
+    argv += ["--host", "127.0.0.1", "--port", str(server.port), "--alias", MODEL_MOUNT]
+    argv += ["--parallel", str(slots), "--ctx-size", str(slots * max_model_len), "--metrics"]
+    return Launch(
+        [argv[0], "--label", f"{BENCH_LABEL}={run_id}", *argv[1:], *server.serve_args], {}
+    )
+
+
 def client_command(
     name: str, image: str, model_dir: Path, result_dir: Path, run_id: str, args: list[str]
 ) -> list[str]:
@@ -108,10 +125,16 @@ def client_command(
 
 
 def client_args(
-    base_url: str, model: str, share: Workload, result_dir: str, result_name: str
+    base_url: str,
+    model: str,
+    share: Workload,
+    result_dir: str,
+    result_name: str,
+    detailed: bool = False,
 ) -> list[str]:
     """`vllm bench serve` arguments for one client; --ignore-eos makes every request
-    produce exactly output_len tokens, so configurations do the same work."""
+    produce exactly output_len tokens, so configurations do the same work. `detailed`
+    keeps each request's inter-token latencies (results.counted_by_server reads them)."""
     return [
         "bench",
         "serve",
@@ -146,4 +169,5 @@ def client_args(
         result_dir,
         "--result-filename",
         result_name,
+        *(["--save-detailed"] if detailed else []),
     ]

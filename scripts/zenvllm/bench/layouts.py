@@ -27,6 +27,10 @@ MODEL_MOUNT = "/model"
 STOCK = "stock"
 PLANNER = "auto"  # the configuration that is the planner's own choice
 ACCEPTANCE_RATIO = 1.3  # issue 5: the planner's layout >= 1.3x stock output throughput
+NEAR_BEST = 0.95  # issue 14: the planner's layout >= 0.95x the best that serves the same weights
+PEER_KINDS = ("dp", "llamacpp")  # what a user would run instead of zenvllm
+# Bytes a decode step reads per bf16 weight byte: Q8_0 stores 32 weights in 34 bytes.
+GGUF_BYTES = {"bf16": 1.0, "q8_0": 34 / 64}
 
 
 # -- workload ----------------------------------------------------------------
@@ -107,11 +111,13 @@ class Spec:
     """A configuration before it meets the host."""
 
     name: str
-    kind: str  # stock | plan | dp (vLLM's own data parallel over the plan's slices) | gateway
+    # stock | plan | dp (vLLM's own data parallel over the plan's slices) | llamacpp | gateway
+    kind: str
     summary: str
-    target: str = "vllm-openai"
+    target: str = "vllm-openai"  # the image (a peer's own for llamacpp)
     instances: int | str | None = None  # plan: None auto, N, "per-node" or "two-per-node"
     layout: str = "contiguous"
+    gguf: str = ""  # llamacpp: the GGUF type its weights are converted to
 
 
 CATALOGUE = (
@@ -134,6 +140,20 @@ CATALOGUE = (
         "dp",
         "vLLM's own data parallel: one container, one rank per planner slice",
     ),
+    Spec(
+        "llamacpp",
+        "llamacpp",
+        "llama.cpp's llama-server on the same weights as GGUF bf16, a thread per core",
+        target="llamacpp",
+        gguf="bf16",
+    ),
+    Spec(
+        "llamacpp-q8",
+        "llamacpp",
+        "llama-server on the weights quantized to GGUF Q8_0 (half the bytes per step)",
+        target="llamacpp",
+        gguf="q8_0",
+    ),
     Spec("gateway", "gateway", "deploy.yml's nginx gateway over the planned instances"),
 )
 SPECS = {s.name: s for s in CATALOGUE}
@@ -153,6 +173,7 @@ class Server:
     env: dict[str, str]
     docker_args: tuple[str, ...]
     serve_args: tuple[str, ...] = ()  # beyond the model, dtype, length and port
+    gguf: str = ""  # llamacpp: the GGUF type of the weights it serves
     # A planner layout's instance, whose container (core.container) the bench runs.
     instance: Instance | None = field(default=None, compare=False, repr=False)
 
@@ -179,6 +200,9 @@ class Configuration:
         if self.kind == "dp":
             ranks = self.servers[0].omp_bind.split("|")
             return f"1 x {len(ranks)} DP ranks"
+        if self.kind == "llamacpp":
+            threads = len(cpu_ids(self.servers[0].omp_bind))
+            return f"1 x {threads} threads ({self.servers[0].gguf})"
         sizes = sorted({len(cpu_ids(s.cpus)) for s in self.servers})
         cores = "/".join(str(n) for n in sizes)
         return f"{len(self.servers)} x {cores} CPU{'s' if sizes != [1] else ''}"
@@ -190,7 +214,14 @@ class Configuration:
             self.target,
             tuple(
                 sorted(
-                    (s.cpus, s.omp_bind, s.mems, s.kv_cache_gib, tuple(sorted(s.env.items())))
+                    (
+                        s.cpus,
+                        s.omp_bind,
+                        s.mems,
+                        s.kv_cache_gib,
+                        s.gguf,
+                        tuple(sorted(s.env.items())),
+                    )
                     for s in self.servers
                 )
             ),
@@ -276,6 +307,41 @@ def dp_server(plan: Plan, port: int) -> Server:
     )
 
 
+def llamacpp_server(host: Host, spec: Spec, port: int) -> Server:
+    """llama.cpp's server as its docs tune it for a CPU: one thread per physical core
+    (SMT siblings slow ggml's matmuls down), on every usable core; across NUMA nodes
+    `--numa distribute` spreads threads and pages evenly over them. Slots and context
+    follow the workload (launch.llamacpp_command)."""
+    cores = usable_cores(host)
+    cpus = sorted(c for ids in cores.values() for core in ids for c in core)
+    one_per_core = [core[0] for ids in cores.values() for core in ids]
+    threads = len(one_per_core)
+    numa = ("--numa", "distribute") if len(cores) > 1 else ()
+    # llama.cpp 0.3.36 repacks Q8_0 weights for AMX where the CPU has it, then dies in
+    # ggml_backend_amx_mul_mat at the first matmul (SIGSEGV, seen on a KVM Xeon with
+    # AMX); without repacking it serves with its AVX-512 kernels.
+    broken_amx = ("--no-repack",) if spec.gguf != "bf16" and "amx_int8" in host.flags else ()
+    return Server(
+        name=f"zenvllm-bench-llamacpp-{port}",
+        port=port,
+        cpus=format_cpu_list(cpus),
+        omp_bind=format_cpu_list(one_per_core),  # a thread per core (llama.cpp floats them)
+        mems=format_cpu_list(sorted(cores)),
+        kv_cache_gib=0,  # llama.cpp sizes its KV cache from -c
+        env={},
+        gguf=spec.gguf,
+        docker_args=(f"--cpuset-cpus={format_cpu_list(cpus)}",),
+        serve_args=(
+            "--threads",
+            str(threads),
+            "--threads-batch",
+            str(threads),
+            *numa,
+            *broken_amx,
+        ),
+    )
+
+
 def policy_of(spec: Spec, host: Host, base_port: int, max_model_len: int, base: Policy) -> Policy:
     """The spec's policy over `base` (the host's calibrated figures, if any)."""
     instances = spec.instances
@@ -314,6 +380,9 @@ def resolve(
             )
         elif spec.kind == "gateway":
             config = Configuration(name, spec.kind, spec.summary, spec.target)
+        elif spec.kind == "llamacpp":
+            server = llamacpp_server(host, spec, base_port)
+            config = Configuration(name, spec.kind, spec.summary, spec.target, (server,))
         else:
             try:
                 plan = make_plan(

@@ -92,10 +92,33 @@ def markdown(result: dict) -> str:
         f"(acceptance {v['acceptance_ratio']}x: {'met' if v['meets_acceptance'] else 'NOT met'});"
         f" best layout of its image: {v['best_layout']}; best overall: {v['best_overall']}.",
     ]
+    if v.get("best_same_weights"):
+        parts.append(
+            f"Planner against the best that serves the same weights ({v['best_same_weights']}):"
+            f" {v['planner_vs_best']}x (within {1 - v['near_best_ratio']:.0%}: "
+            f"{'yes' if v['near_best'] else 'NO'})."
+        )
     parts += [f"- {n}" for n in meta.get("notes", [])]
+    if result.get("peers"):
+        parts += ["", peers_table(result["peers"])]
     if result.get("roofline"):
         parts += ["", roofline_table(result["roofline"], meta)]
     return "\n".join(parts) + "\n"
+
+
+def peers_table(rows: list[dict]) -> str:
+    """The planner's layout over each baseline and peer: quotients of the summary rows."""
+    lines = [
+        f"The planner's layout ({PLANNER}) against each peer (planner / peer; throughput "
+        "above 1 and latencies below 1 favour the planner):",
+        "",
+        "| peer | output tok/s | TTFT | TPOT |",
+        "|---|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {r['peer']} | {r['output']:.3f}x | {r['ttft']:.3f}x | {r['tpot']:.3f}x |" for r in rows
+    ]
+    return "\n".join(lines)
 
 
 def roofline_table(rows: list[dict], meta: dict) -> str:

@@ -10,6 +10,9 @@ from dataclasses import asdict, dataclass, replace
 
 from zenvllm.bench.layouts import (
     ACCEPTANCE_RATIO,
+    GGUF_BYTES,
+    NEAR_BEST,
+    PEER_KINDS,
     PLANNER,
     STOCK,
     Configuration,
@@ -67,6 +70,33 @@ def parse_client_result(data: dict, source: str, finished_at: float) -> ClientRe
         mean_tpot_ms=float(data["mean_tpot_ms"]),
         median_tpot_ms=float(data["median_tpot_ms"]),
         finished_at=finished_at,
+    )
+
+
+def counted_by_server(
+    result: ClientResult, data: dict, source: str, server_tokens: int, output_len: int
+) -> ClientResult:
+    """A client result whose output tokens the server counted (llama.cpp's Prometheus
+    counter): `vllm bench serve` re-tokenizes the text of a server whose last stream
+    chunk carries both text and usage, which miscounts random-weight output. Every
+    request must have made exactly output_len tokens (--ignore-eos); TPOT is then each
+    request's decode time (the sum of its inter-token gaps, from --save-detailed)
+    over output_len - 1, as vLLM computes it."""
+    expected = result.completed * output_len
+    if server_tokens != expected:
+        raise ValueError(
+            f"{source}: the server generated {server_tokens} tokens for {result.completed} "
+            f"requests of {output_len} (expected {expected})"
+        )
+    itls = data.get("itls")
+    if not isinstance(itls, list) or len(itls) != result.completed or output_len < 2:
+        raise ValueError(f"{source}: no per-request inter-token latencies (--save-detailed)")
+    tpots = [1000 * sum(gaps) / (output_len - 1) for gaps in itls]
+    return replace(
+        result,
+        output_tokens=server_tokens,
+        mean_tpot_ms=statistics.mean(tpots),
+        median_tpot_ms=statistics.median(tpots),
     )
 
 
@@ -199,6 +229,8 @@ def verdict(summaries: list[Summary], configs: list[Configuration]) -> dict:
     )
     best = max(same_image, key=lambda s: s.output_tok_s, default=None)
     overall = max(summaries, key=lambda s: s.output_tok_s, default=None)
+    rival = best_rival(summaries, configs)
+    near = round(planner.output_tok_s / rival.output_tok_s, 3) if planner and rival else None
     return {
         "planner": PLANNER,
         "planner_ratio": planner.ratio if planner else None,
@@ -207,7 +239,44 @@ def verdict(summaries: list[Summary], configs: list[Configuration]) -> dict:
         "best_layout": best.config if best else None,
         "planner_is_best_layout": bool(best and planner and best.config == PLANNER),
         "best_overall": overall.config if overall else None,
+        "best_same_weights": rival.config if rival else None,
+        "planner_vs_best": near,
+        "near_best_ratio": NEAR_BEST,
+        "near_best": bool(near and near >= NEAR_BEST),
     }
+
+
+def same_weights(config: Configuration) -> bool:
+    """Serves the bf16 weights through the planner's image or as a peer: the field the
+    planner's layout must lead. Other images' layouts (zen) and quantized peers
+    (llama.cpp's Q8_0 reads half the bytes) are measured beside it, not ranked with it."""
+    quantized = any(s.gguf and s.gguf != "bf16" for s in config.servers)
+    return not quantized and (config.kind in PEER_KINDS or config.target == "vllm-openai")
+
+
+def best_rival(summaries: list[Summary], configs: list[Configuration]) -> Summary | None:
+    kinds = {c.name: c for c in configs}
+    field = [s for s in summaries if same_weights(kinds[s.config])]
+    return max(field, key=lambda s: s.output_tok_s, default=None)
+
+
+def peer_ratios(summaries: list[Summary], configs: list[Configuration]) -> list[dict]:
+    """The planner's layout against each peer: throughput, TTFT and TPOT as quotients
+    (planner / peer: above 1 is better for throughput, below 1 for latencies)."""
+    kinds = {c.name: c for c in configs}
+    planner = next((s for s in summaries if s.config == PLANNER), None)
+    if planner is None:
+        return []
+    return [
+        {
+            "peer": s.config,
+            "output": round(planner.output_tok_s / s.output_tok_s, 3),
+            "ttft": round(planner.ttft_ms / s.ttft_ms, 3),
+            "tpot": round(planner.tpot_ms / s.tpot_ms, 3),
+        }
+        for s in summaries
+        if kinds[s.config].kind in PEER_KINDS or s.config == STOCK
+    ]
 
 
 # -- the result document -----------------------------------------------------
@@ -271,7 +340,8 @@ def roofline(
         cores = [n for srv in by_name[s.config].servers for n in instance_cores(srv, host_cores)]
         if not cores or s.tpot_ms <= 0 or weight_bytes <= 0 or core_gbs <= 0:
             continue  # the gateway has no servers of its own
-        streamed = weight_bytes / (s.tpot_ms / 1000) / 1e9
+        step_bytes = weight_bytes * GGUF_BYTES.get(by_name[s.config].servers[0].gguf, 1.0)
+        streamed = step_bytes / (s.tpot_ms / 1000) / 1e9
         available = core_gbs * statistics.mean(cores)
         rows.append(
             {
@@ -294,6 +364,7 @@ def result_document(
         "runs": [asdict(r) for r in runs],
         "summary": [asdict(s) for s in summaries],
         "verdict": verdict(summaries, configs),
+        "peers": peer_ratios(summaries, configs),
         "roofline": roofline(
             summaries,
             configs,

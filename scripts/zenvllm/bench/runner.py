@@ -54,6 +54,7 @@ class Settings:
     core_bandwidth_gbs: float = 0.0
     bandwidth_source: str = ""
     host_cores: int = 0
+    gguf: dict[str, Path] = field(default_factory=dict)  # llama.cpp peers: GGUF type -> file
 
 
 def say(text: str) -> None:
@@ -106,6 +107,15 @@ def wait_ready(names_ports: list[tuple[str, int]], timeout_s: float) -> float:
     return time.monotonic() - start
 
 
+def tokens_predicted(url: str) -> int:
+    """llama-server's own count of the tokens it generated (its Prometheus counter)."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as reply:
+        for line in reply.read().decode().splitlines():
+            if line.startswith("llamacpp:tokens_predicted_total "):
+                return int(float(line.split()[1]))
+    raise RuntimeError(f"{url}/metrics has no llamacpp:tokens_predicted_total")
+
+
 def run_clients(
     endpoints: list[tuple[str, str]],  # (base URL, served model name), one client each
     shares: list[Workload],
@@ -114,19 +124,22 @@ def run_clients(
     result_dir: Path,
     stem: str,
     run_id: str,
+    server_counts: bool = False,
 ) -> list[results.ClientResult]:
-    """One `vllm bench serve` per endpoint, all at once; their result files parsed."""
+    """One `vllm bench serve` per endpoint, all at once; their result files parsed.
+    `server_counts`: output tokens as the server counted them (llama.cpp)."""
+    before = [tokens_predicted(url) for url, _ in endpoints] if server_counts else []
     procs = []
     for i, ((url, served), share) in enumerate(zip(endpoints, shares, strict=True)):
         result_name = f"{stem}-client{i}.json"
-        args = launch.client_args(url, served, share, "/results", result_name)
+        args = launch.client_args(url, served, share, "/results", result_name, server_counts)
         name = f"zenvllm-bench-client-{run_id}-{stem}-{i}"
         argv = launch.client_command(name, image, settings.model_dir, result_dir, run_id, args)
         log = (result_dir / f"{stem}-client{i}.log").open("w")
         procs.append((DOCKER.stream(*argv, out=log), result_name))
     deadline = time.monotonic() + settings.client_timeout_s
     parsed = []
-    for proc, result_name in procs:
+    for i, (proc, result_name) in enumerate(procs):
         try:
             code = proc.wait(timeout=max(1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
@@ -140,7 +153,11 @@ def run_clients(
             tail = "\n".join(log.read_text().splitlines()[-20:]) if log.is_file() else ""
             raise RuntimeError(f"client {result_name} failed (exit {code}):\n{tail}")
         data = json.loads(path.read_text())
-        parsed.append(results.parse_client_result(data, str(path), path.stat().st_mtime))
+        result = results.parse_client_result(data, str(path), path.stat().st_mtime)
+        if server_counts:
+            made = tokens_predicted(endpoints[i][0]) - before[i]
+            result = results.counted_by_server(result, data, str(path), made, shares[i].output_len)
+        parsed.append(result)
     return parsed
 
 
@@ -178,23 +195,24 @@ def measure(
 ) -> list[Run]:
     """Start a configuration, warm it up, run its repeats, stop it."""
     w = settings.workload
-    image = settings.images[config.target]
+    image = settings.images["vllm-openai"]  # every client is vLLM's own `vllm bench serve`
+    counted = config.kind == "llamacpp"
     tag = f"[{index}/{total}] {config.name}"
     try:
         if config.servers:
-            start_servers(config, settings, image, raw, run_id, tag)
+            start_servers(config, settings, settings.images[config.target], raw, run_id, tag)
         endpoints = config_endpoints(config, settings, raw, tag)
         shares = w.shares(len(endpoints))
         if w.warmup_prompts:
             warm = [replace(s, num_prompts=max(1, s.warmup_prompts)) for s in shares]
             say(f"{tag}: warm-up, {w.warmup_prompts} prompts (not measured)")
-            run_clients(endpoints, warm, image, settings, raw, f"{config.name}-warmup", run_id)
+            stem = f"{config.name}-warmup"
+            run_clients(endpoints, warm, image, settings, raw, stem, run_id, counted)
         runs = []
         for repeat in range(1, w.repeats + 1):
             load = os.getloadavg()[0]
-            clients = run_clients(
-                endpoints, shares, image, settings, raw, f"{config.name}-r{repeat}", run_id
-            )
+            stem = f"{config.name}-r{repeat}"
+            clients = run_clients(endpoints, shares, image, settings, raw, stem, run_id, counted)
             run = results.combine(config.name, repeat, clients, load)
             runs.append(run)
             say(
@@ -230,7 +248,18 @@ def start_servers(
         image, settings.model_dir, settings.max_model_len, settings.workload.enforce_eager, raw
     )
     for s in config.servers:
-        spec = launch.server_launch(s, container, run_id)
+        spec = (
+            launch.llamacpp_launch(
+                s,
+                image,
+                settings.gguf[s.gguf],
+                settings.max_model_len,
+                settings.workload.concurrency,
+                run_id,
+            )
+            if config.kind == "llamacpp"
+            else launch.server_launch(s, container, run_id)
+        )
         for path, text in spec.files.items():
             Path(path).write_text(text)
         DOCKER.run(*spec.argv, check=True)

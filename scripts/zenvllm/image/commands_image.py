@@ -8,7 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from zenvllm.image import baseimage, build, render
+from zenvllm.core.topology import read_host
+from zenvllm.image import baseimage, build, outputs, peers, render
 
 
 def _path(value: str | None) -> Path | None:
@@ -19,7 +20,8 @@ def add_render_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--target",
         default=os.environ.get("TARGET", "vllm-openai"),
-        help="vllm-openai, zen or pace (default vllm-openai)",
+        help="vllm-openai, zen or pace (default vllm-openai); llamacpp: the bench's "
+        "llama.cpp peer, compiled for this machine's CPU",
     )
     p.add_argument(
         "--pin",
@@ -70,8 +72,17 @@ def request_of(args: argparse.Namespace, buildkit: bool):
     )
 
 
+def context_of(config: dict, request: render.Request) -> render.Context:
+    """A target's context, or a peer's (compiled for the CPU of this machine)."""
+    if peers.is_peer(config, request.target):
+        return peers.render_peer(config, request, peers.cpu_key(read_host().flags))
+    return render.render(config, request)
+
+
 def run_render(args: argparse.Namespace) -> int:
-    context = render.render_to(render.load_config(), request_of(args, args.buildkit), args.output)
+    outputs.check_output(args.output, "--output")  # before any work
+    context = context_of(render.load_config(), request_of(args, args.buildkit))
+    render.write_context(context, args.output)
     print(Path(args.output).resolve())
     print(f"render: {context.target} -> {args.output} (tag {context.tag})", file=sys.stderr)
     return 0
@@ -82,7 +93,7 @@ def run_build(args: argparse.Namespace) -> int:
     build.check_daemon(engine)
     config = render.load_config()
     request = request_of(args, engine.buildkit)
-    context = render.render(config, request)  # refuses bad pins before any build work
+    context = context_of(config, request)  # refuses bad pins before any build work
     base = args.base_image or config["defaults"]["base_image"]
     if base == config["defaults"]["base_image"]:
         baseimage.ensure_base_image(base, engine=engine.binary)

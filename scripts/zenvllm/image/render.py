@@ -305,10 +305,3 @@ def write_context(context: Context, output: Path, option: str = "--output") -> P
             path.parent.mkdir(parents=True, exist_ok=True)
             _link_or_copy(src, path)
     return output.resolve()
-
-
-def render_to(config: dict, request: Request, output: Path) -> Context:
-    outputs.check_output(output, "--output")  # before any work
-    context = render(config, request)
-    write_context(context, output)
-    return context
