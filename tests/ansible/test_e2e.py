@@ -264,11 +264,16 @@ def test_a_client_removed_from_the_list_is_revoked(deployment):
     assert both.rc == 0 and both.failed() == 0, both.output[-3000:]
     assert gateway.request(f"{URL}/v1/models", DEPLOYMENT, api_key="ci")[0] == 200
     revoked_key = gateway.key(DEPLOYMENT, "ci")
+    keys = gateway.SECRETS / DEPLOYMENT / "keys"
+    assert (keys / ".zenvllm-output").is_file()  # the marker that lets revocation delete
+    (keys / "notes.txt").write_text("the operator's notes\n")  # not a key: never revoked
     one = playbook("--tags", "gateway", extra_vars={**variables, **UPSTREAMS})
     assert one.rc == 0 and one.failed() == 0, one.output[-3000:]
     literal = f"literal:{revoked_key}"
     assert gateway.request(f"{URL}/v1/models", DEPLOYMENT, api_key=literal)[0] == 401
-    assert not (gateway.SECRETS / DEPLOYMENT / "keys" / "ci").exists()
+    assert not (keys / "ci").exists()
+    assert (keys / "notes.txt").read_text() == "the operator's notes\n"
+    (keys / "notes.txt").unlink()
     assert gateway.request(f"{URL}/v1/models", DEPLOYMENT)[0] == 200
 
 

@@ -217,6 +217,14 @@ def test_an_impossible_plan_fails_with_the_planners_numbers(tmp_path):
     assert not list((tmp_path / "units").iterdir())
 
 
+def test_the_planner_directory_carries_zenvllms_marker(rendered):
+    base, _ = rendered
+    for name in FLAVORS:
+        lib = base / name / "lib" / "zenvllm"
+        assert (lib / ".zenvllm-output").is_file()
+        assert (lib / "core" / "plan.py").is_file() and not (lib / "bench").exists()
+
+
 def test_a_smaller_plan_prunes_the_files_of_dropped_instances(rendered):
     base, _ = rendered
     dest = base / "zen4-2cpu"
@@ -297,6 +305,42 @@ def test_a_tls_directory_zenvllm_did_not_make_is_refused_untouched(tmp_path):
     assert not (tmp_path / "site.conf").exists()
 
 
+def test_a_keys_directory_zenvllm_did_not_make_is_refused_untouched(tmp_path):
+    keys = tmp_path / "secrets" / "keys"
+    keys.mkdir(parents=True)
+    (keys / "notes.txt").write_text("the operator's notes\n")
+    run = playbook(
+        "--check",
+        "--tags",
+        "gateway",
+        extra_vars={
+            "zenvllm_gateway_listen": "127.0.0.1:8443",
+            "zenvllm_gateway_upstreams": ["127.0.0.1:8001"],
+            "zenvllm_gateway_site_path": str(tmp_path / "site.conf"),
+            "zenvllm_gateway_tls_dir": str(tmp_path / "tls"),
+            "zenvllm_gateway_secrets_dir": str(tmp_path / "secrets"),
+            "zenvllm_instances_deployment": "zenvllm-keys-theirs",
+        },
+    )
+    assert run.rc != 0
+    assert f"{keys} holds files that are not zenvllm's keys (notes.txt)" in run.output, run.output[
+        -3000:
+    ]
+    # Refused before any key was made: the operator's file alone, as it was.
+    assert [p.name for p in keys.iterdir()] == ["notes.txt"]
+    assert (keys / "notes.txt").read_text() == "the operator's notes\n"
+
+
+def test_a_planner_directory_zenvllm_did_not_make_is_refused_untouched(tmp_path):
+    theirs = tmp_path / "lib" / "zenvllm"
+    theirs.mkdir(parents=True)
+    (theirs / "mine.py").write_text("print('the operator's module')\n")
+    run = render_one(tmp_path, "systemd")
+    assert run.rc != 0
+    assert f"{theirs} exists and zenvllm did not make it" in run.output, run.output[-3000:]
+    assert [p.name for p in theirs.iterdir()] == ["mine.py"]
+
+
 def render_one(tmp_path, supervisor: str, **extra):
     return playbook(
         "--tags",
@@ -350,8 +394,11 @@ def test_undeploy_leaves_files_of_the_same_name_zenvllm_did_not_write(tmp_path):
         etc / f"{name}-0.run.sh": "#!/bin/sh\necho mine\n",
         etc / "seccomp-numa.json": '{"defaultAction": "SCMP_ACT_ALLOW"}\n',
         units / f"{name}-0.service": "[Unit]\nDescription=the operator's own\n",
+        # A planner directory without zenvllm's marker is not zenvllm's to remove.
+        tmp_path / "lib" / "zenvllm" / "__init__.py": "# the operator's package\n",
     }
     for path, text in theirs.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     run = render_one(
         tmp_path,

@@ -66,6 +66,8 @@ def prerequisites():
     require(engine_ready(), "no container engine answers (make engine)")
     if engine("image", "inspect", IMAGE).returncode != 0:
         build("vllm-openai", REPO / ".cache" / "bench-build.log")  # a cache hit once built
+    # The llama.cpp peer, compiled for this CPU: ~6 min the first time on a CPU kind.
+    build("llamacpp", REPO / ".cache" / "bench-peer-build.log")
     return ensure_tiny_model()
 
 

@@ -76,10 +76,12 @@ def test_llamacpp_launch_serves_the_gguf_with_a_slot_per_request_in_flight():
     assert f"--cpuset-cpus={server.cpus}" in argv
 
 
-def test_client_keeps_per_request_latencies_only_when_asked():
+def test_llama_server_clients_keep_per_request_latencies_on_fresh_connections():
     share = layouts.QUICK
-    assert "--save-detailed" not in launch.client_args("u", "m", share, "/r", "f.json")
-    assert launch.client_args("u", "m", share, "/r", "f.json", True)[-1] == "--save-detailed"
+    plain = launch.client_args("u", "m", share, "/r", "f.json")
+    assert "--save-detailed" not in plain and "--header" not in plain
+    args = launch.client_args("u", "m", share, "/r", "f.json", llamacpp=True)
+    assert args[-3:] == ["--save-detailed", "--header", "Connection=close"]
 
 
 def client(completed=4, tokens=999):

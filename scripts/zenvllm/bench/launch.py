@@ -130,11 +130,16 @@ def client_args(
     share: Workload,
     result_dir: str,
     result_name: str,
-    detailed: bool = False,
+    llamacpp: bool = False,
 ) -> list[str]:
     """`vllm bench serve` arguments for one client; --ignore-eos makes every request
-    produce exactly output_len tokens, so configurations do the same work. `detailed`
-    keeps each request's inter-token latencies (results.counted_by_server reads them)."""
+    produce exactly output_len tokens, so configurations do the same work.
+
+    For llama-server, each request's inter-token latencies are kept (--save-detailed:
+    results.counted_by_server reads them) and each request gets its own connection:
+    llama-server closes a connection after a streamed response while announcing
+    keep-alive, and the client's pool then writes the next request into the closed
+    socket (5 to 8 of 128 requests failed that way here)."""
     return [
         "bench",
         "serve",
@@ -169,5 +174,5 @@ def client_args(
         result_dir,
         "--result-filename",
         result_name,
-        *(["--save-detailed"] if detailed else []),
+        *(["--save-detailed", "--header", "Connection=close"] if llamacpp else []),
     ]

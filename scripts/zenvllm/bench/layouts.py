@@ -157,7 +157,7 @@ CATALOGUE = (
     Spec("gateway", "gateway", "deploy.yml's nginx gateway over the planned instances"),
 )
 SPECS = {s.name: s for s in CATALOGUE}
-QUICK_CONFIGS = (STOCK, PLANNER, "vllm-dp", "gateway")
+QUICK_CONFIGS = (STOCK, PLANNER, "vllm-dp", "llamacpp", "gateway")
 
 
 @dataclass(frozen=True)
