@@ -96,25 +96,26 @@ test-ansible: venv engine
 	    --no-install-recommends systemd-container debootstrap >/dev/null; }
 	$(PYTEST) -q tests/ansible
 
-# The sweep: stock vLLM against every layout the planner considers, zen against plain,
-# the peers (vLLM's data parallel, llama.cpp's server on bf16 and Q8_0 GGUF) and a
-# deploy.yml gateway, each model in one run; then the files are checked (complete,
-# consistent). By default two real-shape models made offline (Qwen2.5-0.5B's and
-# Qwen2.5-1.5B's shapes, random weights), each to $(BENCH_OUT)/<shape>: about 30 and
-# 45 min on 2 cores. MODEL=DIR measures one model of yours instead, to $(BENCH_OUT).
-# A 0.5 B decode step reads 1 GB, so the workload is 1/4 of the tiny bench's prompts
-# (1/8 for 1.5 B) at 128 in / 128 out, two repeats.
+# The sweep: stock vLLM against every layout the planner considers, zen against plain
+# and the peers (vLLM's data parallel, llama.cpp's server on bf16 and Q8_0 GGUF), each
+# model in one run; then the files are checked (complete, consistent). By default two
+# real-shape models made offline (Qwen2.5-0.5B's and Qwen2.5-1.5B's shapes, random
+# weights), each to $(BENCH_OUT)/<shape>: about 20 and 35 min on 2 cores. A 0.5 B
+# decode step reads 1 GB, so the workload is 128 in / 128 out at concurrency 16, three
+# waves of prompts (two for 1.5 B) after one of warm-up, two repeats.
+# MODEL=DIR measures one model of yours instead, to $(BENCH_OUT), with the default
+# workload and deploy.yml's gateway too (BENCH_ARGS="--gateway deploy" adds it here).
 BENCH_OUT ?= out/bench
 BENCH_MODELS ?= qwen0.5b qwen1.5b
-BENCH_WORKLOAD_qwen0.5b ?= --num-prompts 64 --concurrency 16 --repeats 2
-BENCH_WORKLOAD_qwen1.5b ?= --num-prompts 32 --concurrency 16 --repeats 2
-BENCH_RUN = $(BIN)/zenvllm bench --gateway deploy $(BENCH_ARGS)
+BENCH_WORKLOAD_qwen0.5b ?= --num-prompts 48 --concurrency 16 --warmup-prompts 16 --repeats 2
+BENCH_WORKLOAD_qwen1.5b ?= --num-prompts 32 --concurrency 16 --warmup-prompts 16 --repeats 2
+BENCH_RUN = $(BIN)/zenvllm bench $(BENCH_ARGS)
 bench: venv engine
 	$(MAKE) image TARGET=vllm-openai
 	$(MAKE) image TARGET=zen
 	$(MAKE) peer-image
 ifneq ($(MODEL),)
-	$(BENCH_RUN) --out $(BENCH_OUT) --model $(abspath $(MODEL))
+	$(BENCH_RUN) --gateway deploy --out $(BENCH_OUT) --model $(abspath $(MODEL))
 	$(BIN)/python -m zenvllm.bench.check $(BENCH_OUT)
 else
 	$(foreach shape,$(BENCH_MODELS),\

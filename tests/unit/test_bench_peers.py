@@ -76,6 +76,14 @@ def test_llamacpp_launch_serves_the_gguf_with_a_slot_per_request_in_flight():
     assert f"--cpuset-cpus={server.cpus}" in argv
 
 
+def test_each_repeat_and_the_warm_up_draw_their_own_prompts():
+    shares = layouts.FULL.shares(3)
+    seeds = [s.repeat(r).seed for r in range(4) for s in shares]  # warm-up and 3 repeats
+    assert len(set(seeds)) == len(seeds) == 12
+    # The same for every configuration: repeat r asks each of them the same prompts.
+    assert [s.repeat(2).seed for s in layouts.FULL.shares(3)] == [s.repeat(2).seed for s in shares]
+
+
 def test_llama_server_clients_keep_per_request_latencies_on_fresh_connections():
     share = layouts.QUICK
     plain = launch.client_args("u", "m", share, "/r", "f.json")

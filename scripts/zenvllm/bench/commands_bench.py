@@ -44,7 +44,14 @@ def workload_from(args: argparse.Namespace) -> layouts.Workload:
     base = layouts.QUICK if args.quick else layouts.FULL
     overrides = {
         k: getattr(args, k)
-        for k in ("input_len", "output_len", "num_prompts", "concurrency", "repeats")
+        for k in (
+            "input_len",
+            "output_len",
+            "num_prompts",
+            "concurrency",
+            "repeats",
+            "warmup_prompts",
+        )
         if getattr(args, k) is not None
     }
     return replace(base, **overrides)
@@ -250,6 +257,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--output-len", type=positive, help="tokens generated per request")
     parser.add_argument("--num-prompts", type=positive, help="requests per repeat, all clients")
     parser.add_argument("--concurrency", type=positive, help="requests in flight, all clients")
+    parser.add_argument(
+        "--warmup-prompts", type=whole(0), help="requests before the measured repeats"
+    )
     parser.add_argument(
         "--compile",
         action="store_true",

@@ -64,6 +64,13 @@ class Workload:
                 f"--max-model-len {max_model_len}; shorten them or raise --max-model-len"
             )
 
+    def repeat(self, number: int) -> Workload:
+        """The prompts of repeat `number` (0: the warm-up). Each repeat draws its own: a
+        server that caches prompts (llama.cpp keeps each slot's last one, vLLM has
+        prefix caching) must never meet a measured prompt twice; llama.cpp's TTFT fell
+        from 5.3 s to 0.24 s on a repeat of the same prompts."""
+        return replace(self, seed=self.seed + 1000 * number)
+
     def shares(self, clients: int) -> list[Workload]:
         """One client per instance: prompts and concurrency split as evenly as they go."""
         if clients > min(self.num_prompts, self.concurrency):

@@ -204,7 +204,7 @@ def measure(
         endpoints = config_endpoints(config, settings, raw, tag)
         shares = w.shares(len(endpoints))
         if w.warmup_prompts:
-            warm = [replace(s, num_prompts=max(1, s.warmup_prompts)) for s in shares]
+            warm = [replace(s.repeat(0), num_prompts=max(1, s.warmup_prompts)) for s in shares]
             say(f"{tag}: warm-up, {w.warmup_prompts} prompts (not measured)")
             stem = f"{config.name}-warmup"
             run_clients(endpoints, warm, image, settings, raw, stem, run_id, counted)
@@ -212,7 +212,8 @@ def measure(
         for repeat in range(1, w.repeats + 1):
             load = os.getloadavg()[0]
             stem = f"{config.name}-r{repeat}"
-            clients = run_clients(endpoints, shares, image, settings, raw, stem, run_id, counted)
+            mine = [s.repeat(repeat) for s in shares]
+            clients = run_clients(endpoints, mine, image, settings, raw, stem, run_id, counted)
             run = results.combine(config.name, repeat, clients, load)
             runs.append(run)
             say(
