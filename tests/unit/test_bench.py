@@ -432,6 +432,20 @@ def test_the_recorded_full_run_is_complete_and_consistent():
     assert result["meta"]["workload"]["input_len"] == 128
 
 
+def test_the_recorded_real_shape_run_has_every_peer_and_the_planner_near_the_best():
+    """`make bench`'s 0.5 B run whose figures the README quotes (issue 14)."""
+    out = DOCS / "qwen0.5b"
+    peers = ["stock", "auto", "vllm-dp", "llamacpp", "llamacpp-q8"]
+    assert check.check_outputs(out, peers) == []
+    result = json.loads((out / "results.json").read_text())
+    assert 0.9e9 < result["meta"]["weight_bytes"] < 1.1e9  # a 0.5 B class model in bf16
+    assert result["meta"]["workload"]["input_len"] == result["meta"]["workload"]["output_len"]
+    assert {r["peer"] for r in result["peers"]} == {"stock", "vllm-dp", "llamacpp", "llamacpp-q8"}
+    v = result["verdict"]
+    assert v["near_best"] and v["planner_vs_best"] >= layouts.NEAR_BEST
+    assert check.main([str(out), "--near-best"]) == 0
+
+
 def test_the_gateway_touches_only_a_site_and_work_dir_zenvllm_wrote(tmp_path):
     from zenvllm.bench import gateway
     from zenvllm.image import outputs

@@ -91,9 +91,18 @@ def test_cache_converts_once_per_model_and_type(model, tmp_path):
     # A changed model is another key: never an old conversion of other weights.
     other = tmp_path / "other"
     shutil.copytree(model, other / model.name)
+    longer = tmp_path / "longer" / f"{model.name}-v2"  # another model whose name extends it
+    shutil.copytree(model, longer)
+    kept = to_gguf.cached_gguf(longer, "q8_0", tmp_path).parent
     cfg = json.loads((other / model.name / "config.json").read_text())
     (other / model.name / "config.json").write_text(json.dumps({**cfg, "rms_norm_eps": 1e-6}))
-    assert to_gguf.cached_gguf(other / model.name, "q8_0", tmp_path).parent != first.parent
+    newer = to_gguf.cached_gguf(other / model.name, "q8_0", tmp_path)
+    assert newer.parent != first.parent
+    # The older conversion of the same model is gone; nothing else in the cache is touched.
+    assert sorted(p.name for p in (tmp_path / "gguf").iterdir()) == sorted(
+        [newer.parent.name, kept.name]
+    )
+    assert (other / model.name / "model.safetensors").is_file()
 
 
 def test_unknown_architecture_is_refused_and_leaves_nothing(model, tmp_path):

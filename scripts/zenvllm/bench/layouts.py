@@ -318,7 +318,7 @@ def llamacpp_server(host: Host, spec: Spec, port: int) -> Server:
     """llama.cpp's server as its docs tune it for a CPU: one thread per physical core
     (SMT siblings slow ggml's matmuls down), on every usable core; across NUMA nodes
     `--numa distribute` spreads threads and pages evenly over them. Slots and context
-    follow the workload (launch.llamacpp_command)."""
+    follow the workload (launch.llamacpp_launch)."""
     cores = usable_cores(host)
     cpus = sorted(c for ids in cores.values() for core in ids for c in core)
     one_per_core = [core[0] for ids in cores.values() for core in ids]

@@ -109,10 +109,14 @@ def wait_ready(names_ports: list[tuple[str, int]], timeout_s: float) -> float:
 
 def tokens_predicted(url: str) -> int:
     """llama-server's own count of the tokens it generated (its Prometheus counter)."""
-    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as reply:
-        for line in reply.read().decode().splitlines():
-            if line.startswith("llamacpp:tokens_predicted_total "):
-                return int(float(line.split()[1]))
+    try:
+        with urllib.request.urlopen(f"{url}/metrics", timeout=10) as reply:
+            lines = reply.read().decode().splitlines()
+    except OSError as err:  # the configuration fails, not the run
+        raise RuntimeError(f"{url}/metrics: {err}") from None
+    for line in lines:
+        if line.startswith("llamacpp:tokens_predicted_total "):
+            return int(float(line.split()[1]))
     raise RuntimeError(f"{url}/metrics has no llamacpp:tokens_predicted_total")
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import shutil
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -190,4 +192,10 @@ def cached_gguf(model_dir: Path, outtype: str, cache: Path) -> Path:
     if not out.is_file():
         out.parent.mkdir(parents=True, exist_ok=True)
         write_gguf(model_dir, out, outtype)
+        # Conversions of older weights of the same model are never read again: a 1.5 B
+        # model's two files are 5 GB.
+        mine = re.compile(rf"{re.escape(model_dir.name)}-[0-9a-f]{{16}}")
+        for stale in out.parent.parent.iterdir():
+            if stale != out.parent and mine.fullmatch(stale.name) and stale.is_dir():
+                shutil.rmtree(stale)
     return out

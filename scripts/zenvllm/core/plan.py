@@ -10,9 +10,10 @@ The rules, and the evidence behind their defaults:
   needs weights / (c x bandwidth) per step. We take the fewest cores that keep
   that under `tpot_target_ms`, capped at `max_cores_per_instance` (AMD measured
   two 64-core instances well ahead of one 128-core instance on an EPYC 9755),
-  then as many slices as fill the node. On the 2-core test machine, with the
-  26 M-parameter bench model, two 1-core instances made 1.37-1.47x of vLLM's
-  stock container, one 2-core instance 1.31-1.41x (README, Benchmarks).
+  then as many slices as fill the node. On the 2-core test machine (13.0 GB/s
+  per core, calibrated) a 0.5 B model's 0.99 GB step takes 2 cores, and that
+  2-core instance made 1.79x of vLLM's stock container against 1.19x for two
+  1-core instances (README, Real-shape results).
 * OpenMP gets one logical CPU per physical core (the highest sibling, as
   vLLM picks). With SMT the other siblings are left to each instance's API
   server and engine-core (scheduler) processes. Without SMT, slices of
