@@ -175,6 +175,30 @@ def test_hadolint_passes(target, source, buildkit, tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+@pytest.mark.parametrize("buildkit", [False, True])
+def test_the_llama_cpp_peer_renders_hadolint_clean_for_this_cpu(buildkit, tmp_path):
+    """`zenvllm render --target llamacpp`: the bench's peer, compiled for this CPU."""
+    from zenvllm.core.topology import read_host
+    from zenvllm.image import peers
+
+    hadolint = str(Path(sys.executable).parent / "hadolint")
+    config = render.load_config()
+    cpu = peers.cpu_key(read_host().flags)
+    ctx = peers.render_peer(config, render.Request(target="llamacpp", buildkit=buildkit), cpu)
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text(ctx.files["Dockerfile"])
+    done = subprocess.run(
+        [hadolint, "--config", str(REPO / "dockerfiles" / "hadolint.yaml"), str(dockerfile)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert stages(ctx.files["Dockerfile"])[-1][0] == "llamacpp"
+    assert ("--mount=type=cache" in ctx.files["Dockerfile"]) == buildkit
+    assert ctx.tag.endswith(f"-{cpu}")
+
+
 def test_cli_render_writes_a_complete_context(tmp_path):
     out = tmp_path / "ctx"
     done = subprocess.run(
