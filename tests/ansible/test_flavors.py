@@ -282,11 +282,9 @@ def test_a_gateway_port_an_instance_uses_is_refused(tmp_path):
     assert not (tmp_path / "site.conf").exists()
 
 
-def test_a_tls_directory_zenvllm_did_not_make_is_refused_untouched(tmp_path):
-    theirs = tmp_path / "ssl"
-    theirs.mkdir()
-    (theirs / "server.key").write_text("the operator's key\n")
-    run = playbook(
+def gateway_check(tmp_path, deployment: str, **extra):
+    """The gateway role in check mode on loopback, its site file under tmp_path."""
+    return playbook(
         "--check",
         "--tags",
         "gateway",
@@ -294,10 +292,17 @@ def test_a_tls_directory_zenvllm_did_not_make_is_refused_untouched(tmp_path):
             "zenvllm_gateway_listen": "127.0.0.1:8443",
             "zenvllm_gateway_upstreams": ["127.0.0.1:8001"],
             "zenvllm_gateway_site_path": str(tmp_path / "site.conf"),
-            "zenvllm_gateway_tls_dir": str(theirs),
-            "zenvllm_instances_deployment": "zenvllm-tls-theirs",
+            "zenvllm_instances_deployment": deployment,
+            **extra,
         },
     )
+
+
+def test_a_tls_directory_zenvllm_did_not_make_is_refused_untouched(tmp_path):
+    theirs = tmp_path / "ssl"
+    theirs.mkdir()
+    (theirs / "server.key").write_text("the operator's key\n")
+    run = gateway_check(tmp_path, "zenvllm-tls-theirs", zenvllm_gateway_tls_dir=str(theirs))
     assert run.rc != 0
     assert f"{theirs} exists and zenvllm did not make it" in run.output, run.output[-3000:]
     assert [p.name for p in theirs.iterdir()] == ["server.key"]  # no marker, no pair
@@ -309,18 +314,11 @@ def test_a_keys_directory_zenvllm_did_not_make_is_refused_untouched(tmp_path):
     keys = tmp_path / "secrets" / "keys"
     keys.mkdir(parents=True)
     (keys / "notes.txt").write_text("the operator's notes\n")
-    run = playbook(
-        "--check",
-        "--tags",
-        "gateway",
-        extra_vars={
-            "zenvllm_gateway_listen": "127.0.0.1:8443",
-            "zenvllm_gateway_upstreams": ["127.0.0.1:8001"],
-            "zenvllm_gateway_site_path": str(tmp_path / "site.conf"),
-            "zenvllm_gateway_tls_dir": str(tmp_path / "tls"),
-            "zenvllm_gateway_secrets_dir": str(tmp_path / "secrets"),
-            "zenvllm_instances_deployment": "zenvllm-keys-theirs",
-        },
+    run = gateway_check(
+        tmp_path,
+        "zenvllm-keys-theirs",
+        zenvllm_gateway_tls_dir=str(tmp_path / "tls"),
+        zenvllm_gateway_secrets_dir=str(tmp_path / "secrets"),
     )
     assert run.rc != 0
     assert f"{keys} holds files that are not zenvllm's keys (notes.txt)" in run.output, run.output[

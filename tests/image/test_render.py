@@ -155,23 +155,28 @@ def test_override_template_replaces_a_block(tmp_path):
     assert stages(dockerfile)[-1] == ("zen", "runtime")
 
 
-@pytest.mark.parametrize("buildkit", [False, True])
-@pytest.mark.parametrize("source", SOURCES)
-@pytest.mark.parametrize("target", TARGETS)
-def test_hadolint_passes(target, source, buildkit, tmp_path):
-    hadolint = (
+def hadolint(dockerfile_text: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    """hadolint (the venv's, else one on PATH) over a rendered Dockerfile."""
+    binary = (
         require_tool("hadolint")
         if not (Path(sys.executable).parent / "hadolint").exists()
         else str(Path(sys.executable).parent / "hadolint")
     )
     dockerfile = tmp_path / "Dockerfile"
-    dockerfile.write_text(context(target, source, buildkit).files["Dockerfile"])
-    done = subprocess.run(
-        [hadolint, "--config", str(REPO / "dockerfiles" / "hadolint.yaml"), str(dockerfile)],
+    dockerfile.write_text(dockerfile_text)
+    return subprocess.run(
+        [binary, "--config", str(REPO / "dockerfiles" / "hadolint.yaml"), str(dockerfile)],
         capture_output=True,
         text=True,
         check=False,
     )
+
+
+@pytest.mark.parametrize("buildkit", [False, True])
+@pytest.mark.parametrize("source", SOURCES)
+@pytest.mark.parametrize("target", TARGETS)
+def test_hadolint_passes(target, source, buildkit, tmp_path):
+    done = hadolint(context(target, source, buildkit).files["Dockerfile"], tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -181,18 +186,10 @@ def test_the_llama_cpp_peer_renders_hadolint_clean_for_this_cpu(buildkit, tmp_pa
     from zenvllm.core.topology import read_host
     from zenvllm.image import peers
 
-    hadolint = str(Path(sys.executable).parent / "hadolint")
     config = render.load_config()
     cpu = peers.cpu_key(read_host().flags)
     ctx = peers.render_peer(config, render.Request(target="llamacpp", buildkit=buildkit), cpu)
-    dockerfile = tmp_path / "Dockerfile"
-    dockerfile.write_text(ctx.files["Dockerfile"])
-    done = subprocess.run(
-        [hadolint, "--config", str(REPO / "dockerfiles" / "hadolint.yaml"), str(dockerfile)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = hadolint(ctx.files["Dockerfile"], tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert stages(ctx.files["Dockerfile"])[-1][0] == "llamacpp"
     assert ("--mount=type=cache" in ctx.files["Dockerfile"]) == buildkit

@@ -94,14 +94,19 @@ def test_cache_converts_once_per_model_and_type(model, tmp_path):
     longer = tmp_path / "longer" / f"{model.name}-v2"  # another model whose name extends it
     shutil.copytree(model, longer)
     kept = to_gguf.cached_gguf(longer, "q8_0", tmp_path).parent
+    # Named like a conversion of this model, but not one: someone's files stay.
+    theirs = tmp_path / "gguf" / f"{model.name}-{'0' * 16}"
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("mine\n")
     cfg = json.loads((other / model.name / "config.json").read_text())
     (other / model.name / "config.json").write_text(json.dumps({**cfg, "rms_norm_eps": 1e-6}))
     newer = to_gguf.cached_gguf(other / model.name, "q8_0", tmp_path)
     assert newer.parent != first.parent
     # The older conversion of the same model is gone; nothing else in the cache is touched.
     assert sorted(p.name for p in (tmp_path / "gguf").iterdir()) == sorted(
-        [newer.parent.name, kept.name]
+        [newer.parent.name, kept.name, theirs.name]
     )
+    assert (theirs / "notes.txt").read_text() == "mine\n"
     assert (other / model.name / "model.safetensors").is_file()
 
 

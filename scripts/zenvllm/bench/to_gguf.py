@@ -183,6 +183,17 @@ def cache_key(model_dir: Path) -> str:
     return digest.hexdigest()[:16]
 
 
+def ours(directory: Path) -> bool:
+    """A real directory holding nothing but GGUF files this module writes: anything else
+    under the cache (a symlink, someone's files) is never removed."""
+    names = {f"{t}.gguf" for t in OUTTYPES}
+    return (
+        directory.is_dir()
+        and not directory.is_symlink()
+        and all(p.name in names and p.is_file() for p in directory.iterdir())
+    )
+
+
 def cached_gguf(model_dir: Path, outtype: str, cache: Path) -> Path:
     """The model as GGUF `outtype` under `cache`, converted once and reused. The model's
     own directory is never written."""
@@ -196,6 +207,6 @@ def cached_gguf(model_dir: Path, outtype: str, cache: Path) -> Path:
         # model's two files are 5 GB.
         mine = re.compile(rf"{re.escape(model_dir.name)}-[0-9a-f]{{16}}")
         for stale in out.parent.parent.iterdir():
-            if stale != out.parent and mine.fullmatch(stale.name) and stale.is_dir():
+            if stale != out.parent and mine.fullmatch(stale.name) and ours(stale):
                 shutil.rmtree(stale)
     return out
