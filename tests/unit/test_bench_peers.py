@@ -73,6 +73,7 @@ def test_llamacpp_launch_serves_the_gguf_with_a_slot_per_request_in_flight():
     assert argv[argv.index("--ctx-size") + 1] == str(16 * 512)  # shared by the slots
     assert argv[argv.index("--alias") + 1] == layouts.MODEL_MOUNT  # the clients' model name
     assert "--metrics" in argv and "--cap-drop" in argv
+    assert argv[argv.index("--sse-ping-interval") + 1] == "-1"  # vllm bench can't parse pings
     assert f"--cpuset-cpus={server.cpus}" in argv
 
 

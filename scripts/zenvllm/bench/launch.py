@@ -86,12 +86,16 @@ def llamacpp_launch(
 ) -> Launch:
     """llama-server as its docs run it: the GGUF file, a slot per request in flight,
     each slot with the served context (-c is shared by the slots), its Prometheus
-    counters on (the bench counts generated tokens there), the clients' model name."""
+    counters on (the bench counts generated tokens there), the clients' model name.
+    No SSE pings: llama-server sends `:` after 30 s without a token (a long prompt phase)
+    and `vllm bench serve` strips the blank line that ends it, so every later message of
+    that stream fuses with it and the request fails ("Never received a valid chunk")."""
     argv = ["run", "-d", "--name", server.name, "--network", "host", "--cap-drop", "ALL"]
     argv += ["--security-opt", "no-new-privileges", *server.docker_args]
     argv += ["-v", f"{gguf.parent}:{GGUF_MOUNT}:ro", image, "--model", f"{GGUF_MOUNT}/{gguf.name}"]
     argv += ["--host", "127.0.0.1", "--port", str(server.port), "--alias", MODEL_MOUNT]
     argv += ["--parallel", str(slots), "--ctx-size", str(slots * max_model_len), "--metrics"]
+    argv += ["--sse-ping-interval", "-1"]
     return Launch(
         [argv[0], "--label", f"{BENCH_LABEL}={run_id}", *argv[1:], *server.serve_args], {}
     )
