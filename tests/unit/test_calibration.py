@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support.tiny_model import ensure_tiny_model
 
-from zenvllm.core.calibration import Calibration, NodeFigure, apply, parse
+from zenvllm.core.calibration import Calibration, NodeFigure, StepFigure, apply, parse
 from zenvllm.core.errors import UserError
-from zenvllm.core.plan import Policy
+from zenvllm.core.host import GIB
+from zenvllm.core.model import Model, read_model
+from zenvllm.core.plan import Policy, make_plan
 from zenvllm.core.topology import read_host
 from zenvllm.runtime import calibrate
 
@@ -133,3 +137,56 @@ def test_calibrate_never_replaces_a_file_it_did_not_write(tmp_path):
     assert f"--out {out} exists and is not a calibration zenvllm wrote" in done.stderr
     with pytest.raises(UserError):
         parse(out.read_text(), str(out))
+
+
+def test_a_step_timed_on_the_model_sets_its_bandwidth_and_only_its():
+    host = read_host(FIXTURE)
+    six = Model("six", 6 * GIB)
+    ms = six.weight_bytes / 2e9 / 24 * 1000  # 2 GB/s per core over a 24-core node
+    cal = Calibration(
+        **{
+            **calibration_for(FIXTURE, 12.0).__dict__,
+            "steps": (StepFigure("six", six.weight_bytes, 24, ms),),
+        }
+    )
+    assert parse(cal.to_json(), "f") == cal
+    for model, gbs in ((six, 2.0), (Model("other", 6 * GIB), 12.0), (Model("six", GIB), 12.0)):
+        policy, warning = apply(Policy(), cal, host, "f", model)
+        assert warning == "" and policy.core_bandwidth_gbs == pytest.approx(gbs)
+    policy, _ = apply(Policy(), cal, host, "f", six)
+    assert "reading the 6.44 GB of six's weights once took" in policy.bandwidth_source
+    slow = make_plan(host, six, policy)
+    fast = make_plan(host, six, apply(Policy(), cal, host, "f", Model("six", 6 * GIB + 1))[0])
+    assert (len(slow.instances), len(fast.instances)) == (4, 8)  # as two calibrations
+
+
+def test_split_shares_every_byte_once_in_order():
+    spans = [("a", 8, 108), ("b", 16, 17), ("c", 100, 160)]
+    for parts in (1, 2, 3, 7, 200):
+        shares = calibrate.split(spans, parts)
+        sizes = [sum(e - s for _, s, e in share) for share in shares]
+        assert len(shares) <= parts and max(sizes) - min(sizes) <= max(1, 161 // parts)
+        flat = [span for share in shares for span in share]
+        assert sum(sizes) == 161 and flat[0][:2] == ("a", 8) and flat[-1][::2] == ("c", 160)
+        assert all(a[2] == b[1] for a, b in itertools.pairwise(flat) if a[0] == b[0])
+
+
+def test_calibrate_times_a_models_weight_read_and_the_plan_quotes_it(tmp_path):
+    model_dir, out = ensure_tiny_model(), tmp_path / "cal.json"
+    done = zenvllm("calibrate", "--out", str(out), "--seconds", "0.3", "--model", str(model_dir))
+    assert done.returncode == 0, done.stderr
+    (step,) = parse(out.read_text(), str(out)).steps
+    first_node = next(iter(calibrate.usable_cores(read_host()).values()))
+    assert step.fits(read_model(model_dir)) and step.cores == len(first_node) and step.ms > 0
+    assert f"{step.ms:.1f} ms by {step.cores} core(s)" in done.stdout
+    plan = zenvllm("plan", "--json", "--model", str(model_dir), "--calibration", str(out))
+    assert plan.returncode == 0, plan.stderr
+    note = json.loads(plan.stdout)["notes"][0]
+    assert f"~{round(step.per_core_gbs, 2):g} GB/s per core" in note and "reading the" in note
+
+
+def test_calibrate_refuses_a_model_that_is_not_one_before_measuring(tmp_path):
+    out = tmp_path / "cal.json"
+    done = zenvllm("calibrate", "--out", str(out), "--model", str(tmp_path))
+    assert done.returncode == 2 and not out.exists()
+    assert f"--model {tmp_path}: no config.json" in done.stderr

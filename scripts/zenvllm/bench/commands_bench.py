@@ -14,7 +14,7 @@ from zenvllm.core.arguments import real, whole
 from zenvllm.core.cores import usable_cores
 from zenvllm.core.errors import UserError
 from zenvllm.core.host import GIB, Host
-from zenvllm.core.model import read_model
+from zenvllm.core.model import Model, read_model
 from zenvllm.core.plan import Policy
 from zenvllm.core.topology import read_host
 from zenvllm.image import baseimage, outputs, peers, render
@@ -57,10 +57,10 @@ def workload_from(args: argparse.Namespace) -> layouts.Workload:
     return replace(base, **overrides)
 
 
-def calibrated_policy(host: Host) -> tuple[Policy, list[str]]:
+def calibrated_policy(host: Host, model: Model) -> tuple[Policy, list[str]]:
     """The planner's layouts use this host's calibration, as `zenvllm plan` does."""
     cal, source = calibrate.read(None, live=True)
-    policy, ignored = calibration.apply(Policy(), cal, host, source)
+    policy, ignored = calibration.apply(Policy(), cal, host, source, model)
     return policy, [ignored or f"planner bandwidth: {policy.bandwidth_source}"]
 
 
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     workload.check(max_len)
     names = layouts.parse_configs(args.configs, args.quick)
     host = read_host()
-    base, notes = calibrated_policy(host)
+    base, notes = calibrated_policy(host, model)
     configs, resolved = layouts.resolve(names, host, model, args.base_port, max_len, base)
     notes += resolved
     images, configs = choose_images(args, configs, notes, host)

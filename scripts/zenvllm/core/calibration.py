@@ -1,7 +1,8 @@
 """Measured figures of a host, and how the planner uses them instead of spec-sheet ones.
 
 `zenvllm calibrate` (runtime/calibrate.py) measures memory bandwidth on the real
-host and writes it to a JSON file; the planner reads it from `--calibration`, or
+host, and with `--model` the weight read of that model's decode step, and writes
+them to a JSON file; the planner reads it from `--calibration`, or
 from DEFAULT_PATH when it plans the live host (never for a fixture or flavor).
 Without a file the planner keeps the Policy default and says so. A file measured
 on another CPU is ignored with a warning. Pure; standard library only.
@@ -14,6 +15,7 @@ from dataclasses import asdict, dataclass, replace
 
 from zenvllm.core.errors import UserError
 from zenvllm.core.host import Host
+from zenvllm.core.model import Model
 from zenvllm.core.policy import Policy
 
 DEFAULT_PATH = "/etc/zenvllm/calibration.json"
@@ -31,6 +33,24 @@ class NodeFigure:
 
 
 @dataclass(frozen=True)
+class StepFigure:
+    """A decode step's floor for one model: every weight byte read once, split over
+    every core of a node reading at once (the step's other work is compute)."""
+
+    model: str  # the directory's name, as the planner names the model
+    weight_bytes: int
+    cores: int
+    ms: float  # the slowest core's time for its share
+
+    @property
+    def per_core_gbs(self) -> float:
+        return self.weight_bytes / (self.ms / 1000) / self.cores / 1e9
+
+    def fits(self, model: Model) -> bool:
+        return (self.model, self.weight_bytes) == (model.name, model.weight_bytes)
+
+
+@dataclass(frozen=True)
 class Calibration:
     cpu_model: str
     cpus: int  # logical CPUs the measurement could use
@@ -38,6 +58,7 @@ class Calibration:
     method: str
     core_alone_gbs: float  # one core with the node to itself
     nodes: dict[int, NodeFigure]  # every core of the node at once
+    steps: tuple[StepFigure, ...] = ()  # the models measured with --model
 
     @property
     def per_core_gbs(self) -> float:
@@ -48,6 +69,7 @@ class Calibration:
     def to_json(self) -> str:
         d = asdict(self)
         d["nodes"] = {str(k): v for k, v in d["nodes"].items()}
+        d["steps"] = list(d["steps"])
         return json.dumps({"format": FORMAT, **d}, indent=2) + "\n"
 
 
@@ -68,6 +90,10 @@ def parse(text: str, source: str) -> Calibration:
             method=str(data["method"]),
             core_alone_gbs=float(data["core_alone_gbs"]),
             nodes=nodes,
+            steps=tuple(
+                StepFigure(str(s["model"]), int(s["weight_bytes"]), int(s["cores"]), float(s["ms"]))
+                for s in data.get("steps", [])
+            ),
         )
     except (ValueError, TypeError, KeyError, AttributeError) as err:
         raise UserError(f"calibration file {source}: {err!s}; {fix}") from None
@@ -76,10 +102,12 @@ def parse(text: str, source: str) -> Calibration:
         not nodes
         or any(not 0 < f < 1e5 for f in figures)
         or any(n.cores < 1 for n in nodes.values())
+        or any(s.weight_bytes < 1 or s.cores < 1 or not 0 < s.ms < 1e7 for s in cal.steps)
     ):
         raise UserError(
             f"calibration file {source}: bandwidths must be between 0 and 100000 GB/s on at "
-            f"least one node of at least one core; {fix}"
+            f"least one node of at least one core, and steps of positive bytes, cores and ms; "
+            f"{fix}"
         )
     return cal
 
@@ -94,9 +122,13 @@ def mismatch(cal: Calibration, host: Host) -> str:
     return ""
 
 
-def apply(policy: Policy, cal: Calibration | None, host: Host, source: str) -> tuple[Policy, str]:
+def apply(
+    policy: Policy, cal: Calibration | None, host: Host, source: str, model: Model | None = None
+) -> tuple[Policy, str]:
     """The policy with the measured per-core bandwidth, and the warning if the file
-    does not fit this host (then the default stays)."""
+    does not fit this host (then the default stays). A step measured on this very model
+    is the better figure: it reads the real weights, in their real files and sizes (a
+    model that fits a large L3 streams faster than any copy of 64 MiB buffers)."""
     if cal is None:
         return policy, ""
     why = mismatch(cal, host)
@@ -106,6 +138,13 @@ def apply(policy: Policy, cal: Calibration | None, host: Host, source: str) -> t
         f"measured by zenvllm calibrate on {cal.measured_at[:10]}: {cal.per_core_gbs:.1f} GB/s "
         f"per core with every core busy, {cal.core_alone_gbs:.1f} GB/s for one core alone"
     )
-    return replace(
-        policy, core_bandwidth_gbs=round(cal.per_core_gbs, 2), bandwidth_source=measured
-    ), ""
+    step = next((s for s in cal.steps if model is not None and s.fits(model)), None)
+    if step is not None:
+        measured = (
+            f"measured by zenvllm calibrate on {cal.measured_at[:10]}: reading the "
+            f"{step.weight_bytes / 1e9:.2f} GB of {step.model}'s weights once took "
+            f"{step.ms:.1f} ms on {step.cores} core(s) at once, {step.per_core_gbs:.1f} GB/s "
+            f"per core (copy bandwidth {cal.per_core_gbs:.1f} GB/s per core)"
+        )
+    gbs = step.per_core_gbs if step else cal.per_core_gbs
+    return replace(policy, core_bandwidth_gbs=round(gbs, 2), bandwidth_source=measured), ""

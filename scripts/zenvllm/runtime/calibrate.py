@@ -6,6 +6,11 @@ than a core's share of L3), counted as bytes read plus bytes written, by one
 process per physical core pinned with sched_setaffinity: first one core alone,
 then every core of each NUMA node at once. Standard library only (ctypes'
 memmove is libc's), so it runs on any host the planner runs on, in seconds.
+
+With a model, the decode step's floor too: every core of the first node reads its
+share of the model's safetensors data at once (from the page cache, warmed by a
+first pass), timed per pass. That is the weight traffic of one step of an instance
+spanning the node; the bench's TPOT is the whole step (attention, sampling, Python).
 """
 
 from __future__ import annotations
@@ -13,14 +18,19 @@ from __future__ import annotations
 import ctypes
 import multiprocessing
 import os
+import struct
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from zenvllm.core.calibration import DEFAULT_PATH, Calibration, NodeFigure, parse
+from zenvllm.core.calibration import DEFAULT_PATH, Calibration, NodeFigure, StepFigure, parse
 from zenvllm.core.cores import usable_cores
 from zenvllm.core.errors import UserError
-from zenvllm.core.host import MIB, Host
+from zenvllm.core.host import GIB, MIB, Host
+from zenvllm.core.model import read_model, shards
+
+READ_CHUNK = 4 * MIB  # read into a buffer that stays in the core's L2/L3
+Span = tuple[str, int, int]  # file, first byte, end
 
 BUFFER_MIB = 64  # per buffer, two per process: beyond any core's share of an L3
 
@@ -58,6 +68,90 @@ def measure(cpus: list[int], nbytes: int, seconds: float) -> float:
     return sum(rates) / 1e9
 
 
+def data_spans(model_dir: Path) -> list[Span]:
+    """Each safetensors file's tensor data: everything after its header."""
+    spans = []
+    for path in shards(model_dir):
+        with path.open("rb") as f:
+            (header_len,) = struct.unpack("<Q", f.read(8))
+        spans.append((str(path), 8 + header_len, path.stat().st_size))
+    return spans
+
+
+def split(spans: list[Span], parts: int) -> list[list[Span]]:
+    """`spans` cut into `parts` runs of (nearly) equal bytes, in order."""
+    total = sum(end - start for _, start, end in spans)
+    share, out, current, room = -(-total // parts), [], [], -(-total // parts)
+    for path, start, end in spans:
+        while start < end:
+            take = min(room, end - start)
+            current.append((path, start, start + take))
+            start, room = start + take, room - take
+            if room == 0:
+                out.append(current)
+                current, room = [], share
+    if current:
+        out.append(current)
+    return out
+
+
+def read_pass(spans: list[Span], buf: bytearray) -> None:
+    view = memoryview(buf)
+    for path, start, end in spans:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            while start < end:
+                got = os.preadv(fd, [view[: min(len(buf), end - start)]], start)
+                if got <= 0:
+                    raise OSError(f"{path}: short read at byte {start}")
+                start += got
+        finally:
+            os.close(fd)
+
+
+def pass_time(cpu: int, spans: list[Span], seconds: float, start, results) -> None:
+    """In a child process: read its spans on one CPU, again and again for `seconds`;
+    seconds per pass."""
+    os.sched_setaffinity(0, {cpu})
+    buf = bytearray(READ_CHUNK)
+    read_pass(spans, buf)  # from disk into the page cache, if it was not there
+    start.wait()
+    passes, began = 0, time.perf_counter()
+    while (now := time.perf_counter()) - began < seconds or passes == 0:
+        read_pass(spans, buf)
+        passes += 1
+    results.put((now - began) / passes)
+
+
+def measure_step(model_dir: Path, host: Host, seconds: float) -> StepFigure:
+    """The first node's cores reading the model's weights at once, each its share."""
+    model = read_model(model_dir)
+    if model.weight_bytes > host.mem_available_bytes // 2:
+        raise UserError(
+            f"--model {model_dir}: {model.weight_gib:.1f} GiB of weights, over half the "
+            f"{host.mem_available_bytes / GIB:.1f} GiB available now: the page cache could "
+            "not hold them while measuring; measure without --model, or free memory first"
+        )
+    cpus = [ids[0] for ids in next(iter(usable_cores(host).values()))]
+    shares = split(data_spans(model_dir), len(cpus))
+    ctx = multiprocessing.get_context("fork")
+    start, results = ctx.Barrier(len(shares)), ctx.Queue()
+    procs = [
+        ctx.Process(target=pass_time, args=(cpu, share, seconds, start, results))
+        for cpu, share in zip(cpus, shares, strict=False)
+    ]
+    for proc in procs:
+        proc.start()
+    try:
+        times = [results.get(timeout=seconds + 120) for _ in procs]
+    finally:
+        for proc in procs:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.kill()
+    return StepFigure(model.name, model.weight_bytes, len(shares), round(max(times) * 1000, 2))
+
+
 def buffer_bytes(host: Host, processes: int) -> int:
     """BUFFER_MIB, or less when two buffers per process would take over a quarter of the
     memory available now."""
@@ -71,8 +165,9 @@ def buffer_bytes(host: Host, processes: int) -> int:
     return size
 
 
-def calibrate(host: Host, seconds: float = 2.0) -> Calibration:
-    """One core alone, then each node's cores at once (one logical CPU per core)."""
+def calibrate(host: Host, seconds: float = 2.0, models: tuple[Path, ...] = ()) -> Calibration:
+    """One core alone, then each node's cores at once (one logical CPU per core), then
+    each model's weight read."""
     per_node = {node: [ids[0] for ids in cores] for node, cores in usable_cores(host).items()}
     if not per_node:
         raise UserError("no usable CPUs to measure: the cpuset allows none of the online CPUs")
@@ -90,6 +185,7 @@ def calibrate(host: Host, seconds: float = 2.0) -> Calibration:
         ),
         core_alone_gbs=round(alone, 2),
         nodes={node: NodeFigure(f.cores, round(f.gbs, 2)) for node, f in nodes.items()},
+        steps=tuple(measure_step(m, host, seconds) for m in models),
     )
 
 

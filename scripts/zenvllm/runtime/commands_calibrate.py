@@ -11,6 +11,7 @@ from pathlib import Path
 from zenvllm.core.arguments import real
 from zenvllm.core.calibration import DEFAULT_PATH, parse
 from zenvllm.core.errors import UserError
+from zenvllm.core.model import read_model
 from zenvllm.core.topology import read_host
 from zenvllm.runtime.calibrate import calibrate
 
@@ -44,12 +45,14 @@ def write_atomically(path: Path, text: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_out(args.out)
+    for model in args.model:  # a bad directory is refused before seconds of measuring
+        read_model(model)
     host = read_host()
     print(
         f"calibrate: measuring {host.model_name or 'this CPU'} for ~{4 * args.seconds:g} s",
         file=sys.stderr,
     )
-    cal = calibrate(host, args.seconds)
+    cal = calibrate(host, args.seconds, tuple(args.model))
     write_atomically(args.out, cal.to_json())
     for node, figure in sorted(cal.nodes.items()):
         print(
@@ -57,6 +60,12 @@ def run(args: argparse.Namespace) -> int:
             f"{figure.per_core_gbs:.1f} GB/s per core"
         )
     print(f"one core alone: {cal.core_alone_gbs:.1f} GB/s")
+    for step in cal.steps:
+        print(
+            f"{step.model}: its {step.weight_bytes / 1e9:.2f} GB of weights read in "
+            f"{step.ms:.1f} ms by {step.cores} core(s), {step.per_core_gbs:.1f} GB/s per core "
+            "(the planner uses this figure for this model)"
+        )
     print(f"the planner now uses {cal.per_core_gbs:.1f} GB/s per core ({args.out})")
     return 0
 
@@ -76,5 +85,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=real(0, 60, example=2),
         default=2.0,
         help="per measurement (default 2; ~4 in all on one node)",
+    )
+    parser.add_argument(
+        "--model",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="also time a decode step's weight read of this model (repeatable)",
     )
     parser.set_defaults(func=run)

@@ -118,8 +118,9 @@ def plan_from(args: argparse.Namespace) -> Plan:
     host = host_from(args)
     live = not args.flavor and args.root.resolve() == Path("/")
     cal, source = calibrate.read(args.calibration, live)
-    policy, ignored = calibration.apply(policy_from(args), cal, host, source)
-    plan = make_plan(host, model_from(args), policy)
+    model = model_from(args)
+    policy, ignored = calibration.apply(policy_from(args), cal, host, source, model)
+    plan = make_plan(host, model, policy)
     return replace(plan, warnings=(*plan.warnings, ignored)) if ignored else plan
 
 
