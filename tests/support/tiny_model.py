@@ -27,6 +27,7 @@ import shutil
 import struct
 import sys
 import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -223,14 +224,27 @@ def tensor_shapes(shape: Shape, vocab: int) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+# numpy dtype -> safetensors dtype; uint16 arrays are bfloat16 bit patterns (to_bf16_bits).
+SAFETENSORS_DTYPES = {
+    np.dtype(np.uint16): "BF16",
+    np.dtype(np.float16): "F16",
+    np.dtype(np.float32): "F32",
+    np.dtype(np.int32): "I32",
+    np.dtype(np.int8): "I8",
+}
+
+
 def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
-    """safetensors: u64 header length, JSON header of offsets, then raw little-endian data."""
+    """safetensors: u64 header length, JSON header of offsets, then raw little-endian data.
+
+    Each tensor's dtype follows its array's (SAFETENSORS_DTYPES): uint16 is BF16.
+    """
     header: dict[str, dict] = {"__metadata__": {"format": "pt"}}
     offset = 0
     for name, data in tensors.items():
         size = data.nbytes
         header[name] = {
-            "dtype": "BF16",
+            "dtype": SAFETENSORS_DTYPES[data.dtype],
             "shape": list(data.shape),
             "data_offsets": [offset, offset + size],
         }
@@ -241,19 +255,21 @@ def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
         f.write(struct.pack("<Q", len(raw)))
         f.write(raw)
         for data in tensors.values():
-            f.write(data.astype("<u2").tobytes())
+            f.write(np.ascontiguousarray(data, dtype=data.dtype.newbyteorder("<")).tobytes())
+
+
+def float_weights(shape: Shape, vocab: int, seed: int = SEED) -> Iterator[tuple[str, np.ndarray]]:
+    """The random weights in float32, one tensor at a time (norms are ones)."""
+    rng = np.random.default_rng(seed)
+    for name, dims in tensor_shapes(shape, vocab).items():
+        if name.endswith("norm.weight"):
+            yield name, np.ones(dims, dtype=np.float32)
+        else:
+            yield name, rng.normal(0.0, 0.02, size=dims).astype(np.float32)
 
 
 def weights(shape: Shape, vocab: int, seed: int = SEED) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    out = {}
-    for name, dims in tensor_shapes(shape, vocab).items():
-        if name.endswith("norm.weight"):
-            values = np.ones(dims, dtype=np.float32)
-        else:
-            values = rng.normal(0.0, 0.02, size=dims).astype(np.float32)
-        out[name] = to_bf16_bits(values)
-    return out
+    return {name: to_bf16_bits(values) for name, values in float_weights(shape, vocab, seed)}
 
 
 def config(shape: Shape, vocab: int, bos: int, eos: int) -> dict:
@@ -315,15 +331,12 @@ def is_current(directory: Path) -> bool:
     return cfg.get("zenvllm_tiny_recipe") == RECIPE and (directory / "model.safetensors").exists()
 
 
-def ensure_tiny_model(directory: Path | None = None, shape: str = "tiny") -> Path:
-    """The model's directory, made (atomically) only if missing or stale."""
-    directory = Path(directory) if directory else default_dir(SHAPES[shape])
-    if is_current(directory):
-        return directory
+def make_atomically(directory: Path, write: Callable[[Path], None]) -> None:
+    """Fill a temporary sibling with `write`, then swap it in for `directory`."""
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}-"))
     try:
-        write_model(tmp, SHAPES[shape])
+        write(tmp)
         # Readable by the image's non-root user when mounted read-only.
         tmp.chmod(0o755)
         for f in tmp.iterdir():
@@ -334,6 +347,13 @@ def ensure_tiny_model(directory: Path | None = None, shape: str = "tiny") -> Pat
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def ensure_tiny_model(directory: Path | None = None, shape: str = "tiny") -> Path:
+    """The model's directory, made (atomically) only if missing or stale."""
+    directory = Path(directory) if directory else default_dir(SHAPES[shape])
+    if not is_current(directory):
+        make_atomically(directory, lambda tmp: write_model(tmp, SHAPES[shape]))
     return directory
 
 

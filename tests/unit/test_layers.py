@@ -170,3 +170,18 @@ def test_no_name_hides_an_imported_module(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("from zenvllm.bench import results\nresults = []\n")
     assert shadowed(bad) == ["bad.py:2 binds results"]
+
+
+def test_the_cli_runs_with_its_base_dependencies_alone():
+    # The bench extra (numpy, gguf, matplotlib) is imported only where a bench needs it.
+    code = (
+        "import sys; sys.modules.update(numpy=None, gguf=None, matplotlib=None)\n"
+        "from zenvllm.cli import main\n"
+        "sys.exit(main(['plan', '--json', '--model-size-gib', '1']))"
+    )
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(PACKAGE.parent)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["instances"]

@@ -7,7 +7,7 @@ import json
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from zenvllm.bench import gateway, layouts, results, runner, to_gguf
+from zenvllm.bench import gateway, layouts, results, runner
 from zenvllm.bench.gateway import Deployment
 from zenvllm.core import calibration
 from zenvllm.core.arguments import real, whole
@@ -142,6 +142,15 @@ def choose_images(
 def convert_for_peers(configs: list[layouts.Configuration], model_dir: Path) -> dict[str, Path]:
     """The GGUF files the llama.cpp configurations serve, converted once and cached."""
     kinds = sorted({s.gguf for c in configs if c.kind == "llamacpp" for s in c.servers})
+    if not kinds:
+        return {}
+    try:  # the bench extra's packages: every other verb runs without them
+        from zenvllm.bench import to_gguf
+    except ImportError as err:
+        raise UserError(
+            f"the llama.cpp configurations need {err.name} to write GGUF: "
+            "pip install 'zenvllm[bench]', or leave llamacpp out of --configs"
+        ) from None
     files = {}
     for kind in kinds:
         runner.say(f"GGUF {kind}: converting {model_dir.name} (cached after the first run)")

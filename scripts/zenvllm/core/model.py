@@ -13,6 +13,8 @@ from pathlib import Path
 
 from zenvllm.core.errors import UserError
 from zenvllm.core.host import GIB
+from zenvllm.core.quantization import Quantization
+from zenvllm.core.quantization import read as read_quantization
 
 DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "fp8": 1}
 
@@ -23,6 +25,7 @@ class Model:
     weight_bytes: int
     kv_bytes_per_token: int | None = None  # None: only the size is known
     max_model_len: int | None = None  # the config's max_position_embeddings
+    quantization: Quantization | None = None  # None: bf16 or other unquantized weights
 
     @property
     def weight_gib(self) -> float:
@@ -163,6 +166,7 @@ def read_model(path: Path, dtype: str | None = None) -> Model:
     try:
         kv = kv_bytes_per_token(config, DTYPE_BYTES.get(str(dtype), 2))
         max_len = config_int(config, "max_position_embeddings")
+        quantization = read_quantization(config, "config.json")
     except UserError as err:
         raise UserError(f"--model {path}: {err}") from None
     return Model(
@@ -170,4 +174,5 @@ def read_model(path: Path, dtype: str | None = None) -> Model:
         weight_bytes=sum(safetensors_bytes(f) for f in weight_files),
         kv_bytes_per_token=kv,
         max_model_len=max_len,
+        quantization=quantization,
     )

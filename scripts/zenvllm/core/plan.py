@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from zenvllm.core import deployed
+from zenvllm.core import deployed, quantization
 from zenvllm.core.container import Settings, container_of, placement
 from zenvllm.core.cores import (
     cores_per_instance,
@@ -130,6 +130,7 @@ class Plan:
                 "name": self.model.name,
                 "weight_gib": round(self.model.weight_gib, 3),
                 "kv_bytes_per_token": self.model.kv_bytes_per_token,
+                "quantization": q.label if (q := self.model.quantization) else None,
                 "max_model_len": self.max_model_len,
             },
             "target": self.policy.target,
@@ -280,6 +281,7 @@ def make_plan(host: Host, model: Model, policy: Policy | None = None) -> Plan:
     """Count, size and place the instances; every step's reasons in warnings and notes."""
     policy = policy or Policy()
     inactive = check_policy(host, policy)
+    quantization.check(model.quantization, host, model.name)
     cores = usable_cores(host)
     if not cores:
         raise PlanError(
@@ -289,6 +291,7 @@ def make_plan(host: Host, model: Model, policy: Policy | None = None) -> Plan:
     per_instance = cores_per_instance(model, policy)
     counts = instances_per_node(cores, policy, per_instance)
     warnings, notes = layout_notes(host, cores, counts, model, policy, per_instance)
+    notes += quantization.note(model.quantization, policy.target)
     counts, kv_by_node, kv_warnings, kv_notes = kv_cache_per_node(host, model, policy, counts)
     instances, place_warnings, place_notes = place(host, model, policy, cores, counts, kv_by_node)
     last_warnings, last_notes = final_checks(host, model, policy, instances)
