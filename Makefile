@@ -100,15 +100,21 @@ test-ansible: venv engine
 # and the peers (vLLM's data parallel, llama.cpp's server on bf16 and Q8_0 GGUF), each
 # model in one run; then the files are checked (complete, consistent). By default two
 # real-shape models made offline (Qwen2.5-0.5B's and Qwen2.5-1.5B's shapes, random
-# weights), each to $(BENCH_OUT)/<shape>: about 20 and 30 min on 2 cores. A 0.5 B
+# weights), each to $(BENCH_OUT)/<shape>: about 20 and 30 min on 2 cores, then the 0.5 B
+# shape's bf16, INT8 and INT4 weights (qwen0.5b-quant, stock and auto only). A 0.5 B
 # decode step reads 1 GB, so the workload is 128 in / 128 out at concurrency 16, three
 # waves of prompts (one for 1.5 B) after one of warm-up, two repeats.
 # MODEL=DIR measures one model of yours instead, to $(BENCH_OUT), with the default
 # workload and deploy.yml's gateway too (BENCH_ARGS="--gateway deploy" adds it here).
 BENCH_OUT ?= out/bench
-BENCH_MODELS ?= qwen0.5b qwen1.5b
+BENCH_MODELS ?= qwen0.5b qwen1.5b qwen0.5b-quant
 BENCH_WORKLOAD_qwen0.5b ?= --num-prompts 48 --concurrency 16 --warmup-prompts 16 --repeats 2
 BENCH_WORKLOAD_qwen1.5b ?= --num-prompts 16 --concurrency 16 --warmup-prompts 16 --repeats 2
+# The 0.5 B shape's INT8 and INT4 copies (made offline) against its bf16 weights, each
+# with the planner's layout for it, in one run (~20 min).
+BENCH_WORKLOAD_qwen0.5b-quant ?= $(BENCH_WORKLOAD_qwen0.5b) --configs stock,auto
+QUANT_MODEL = $(BIN)/python tests/support/quant_model.py --shape qwen0.5b --format
+BENCH_WORKLOAD_qwen0.5b-quant += $(foreach f,w8a8 awq gptq,--weights $(f)="$$($(QUANT_MODEL) $(f))")
 BENCH_RUN = $(BIN)/zenvllm bench $(BENCH_ARGS)
 bench: venv engine
 	$(MAKE) image TARGET=vllm-openai
@@ -120,7 +126,7 @@ ifneq ($(MODEL),)
 else
 	$(foreach shape,$(BENCH_MODELS),\
 	  $(BENCH_RUN) $(BENCH_WORKLOAD_$(shape)) --out $(BENCH_OUT)/$(shape) \
-	    --model "$$($(BIN)/python tests/support/tiny_model.py --shape $(shape))" && \
+	    --model "$$($(BIN)/python tests/support/tiny_model.py --shape $(firstword $(subst -, ,$(shape))))" && \
 	  $(BIN)/python -m zenvllm.bench.check $(BENCH_OUT)/$(shape) &&) true
 endif
 

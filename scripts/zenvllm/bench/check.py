@@ -13,6 +13,7 @@ import statistics
 from pathlib import Path
 
 from zenvllm.bench.layouts import ACCEPTANCE_RATIO, NEAR_BEST, PLANNER, STOCK
+from zenvllm.bench.report import weights_row
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -61,9 +62,15 @@ def check_outputs(out_dir: Path, expect: list[str] | None = None) -> list[str]:
     problems += ratio_problems(summary)
     if "peers" in result:  # documents written before the peers table have none
         problems += peer_problems(result["peers"], summary, result["configurations"])
+    problems += weights_problems(result.get("weights", []), summary, result["configurations"])
     problems += compare_csv(out_dir / "runs.csv", runs, "runs.csv")
     problems += compare_csv(out_dir / "summary.csv", result["summary"], "summary.csv")
     problems += table_problems(out_dir / "table.md", summary, result.get("peers", []))
+    problems += [
+        f"table.md lacks the weights row {weights_row(r)!r}"
+        for r in result.get("weights", [])
+        if weights_row(r) not in (out_dir / "table.md").read_text()
+    ]
     problems += plot_problems(out_dir)
     return problems
 
@@ -159,6 +166,37 @@ def peer_problems(peers: list[dict], summary: dict[str, dict], configs: list[dic
                     f"peers: {name} {key} {r[key]} is not {planner[field]} / {peer[field]} = {want}"
                 )
     return problems
+
+
+def weights_problems(rows: list[dict], summary: dict[str, dict], configs: list[dict]) -> list[str]:
+    """A row per other copy of the weights that ran, each the quotient of summary rows."""
+    planner = summary.get(PLANNER)
+    copies = {c["name"] for c in configs if any(s.get("model_dir") for s in c["servers"])}
+    if planner is None:
+        return []
+    by_name = {r["weights"]: r for r in rows}
+    problems = [f"weights: no row for {n}" for n in sorted((copies & set(summary)) - set(by_name))]
+    for name, r in by_name.items():
+        mine = summary.get(name)
+        if mine is None or name not in copies:
+            problems.append(f"weights: {name} is not another copy of the weights that ran")
+            continue
+        for key, field in WEIGHT_FIELDS:
+            want = round(mine[field] / planner[field], 3) if planner.get(field) else None
+            got = r.get(key)
+            if (got is None) != (want is None) or (got is not None and abs(got - want) > 5e-4):
+                problems.append(
+                    f"weights: {name} {key} {r[key]} is not {mine[field]} / {planner[field]}"
+                )
+    return problems
+
+
+WEIGHT_FIELDS = (
+    ("output", "output_tok_s"),
+    ("ttft", "ttft_ms"),
+    ("tpot", "tpot_ms"),
+    ("memory", "memory_mib"),
+)
 
 
 def table_problems(path: Path, summary: dict[str, dict], peers: list[dict]) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -57,6 +58,63 @@ def workload_from(args: argparse.Namespace) -> layouts.Workload:
     return replace(base, **overrides)
 
 
+SHAPE_KEYS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "intermediate_size",
+    "vocab_size",
+)
+WEIGHTS_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,31}")
+
+
+def model_shape(model_dir: Path) -> dict:
+    config = json.loads((model_dir / "config.json").read_text())  # read_model checked it
+    return {k: config.get(k) for k in SHAPE_KEYS}
+
+
+def weights_copies(specs: list[str], model_dir: Path) -> tuple[layouts.Weights, ...]:
+    """--weights NAME=DIR: other copies of --model's weights (same shape, same tokenizer),
+    each measured as auto-NAME beside the planner's layout on --model."""
+    copies: list[layouts.Weights] = []
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not WEIGHTS_NAME.fullmatch(name):
+            raise UserError(
+                f"--weights {spec}: give NAME=DIR, NAME in lowercase letters, digits and "
+                "dashes (e.g. --weights int8=/models/m-w8a8)"
+            )
+        if name in {c.name for c in copies}:
+            raise UserError(f"--weights {spec}: {name} is given twice; name each copy once")
+        directory = Path(path).resolve()
+        if not directory.is_dir():
+            raise UserError(f"--weights {spec}: {directory} is not a directory; give a model's")
+        copy = read_model(directory)
+        theirs, ours = model_shape(directory), model_shape(model_dir)
+        if theirs != ours:
+            differ = [f"{k} {theirs[k]} vs {ours[k]}" for k in SHAPE_KEYS if theirs[k] != ours[k]]
+            raise UserError(
+                f"--weights {spec}: not a copy of --model {model_dir.name} ({', '.join(differ)}); "
+                "the comparison needs the same model in other weights"
+            )
+        copies.append(layouts.Weights(name, str(directory), copy))
+    return tuple(copies)
+
+
+def peers_for(names: list[str], model: Model) -> tuple[list[str], list[str]]:
+    """llama.cpp's configurations convert bf16 safetensors: a quantized --model has none."""
+    if model.quantization is None:
+        return names, []
+    peers = [n for n in names if layouts.SPECS[n].kind == "llamacpp"]
+    notes = [
+        f"{n}: skipped: --model holds {model.quantization.label} weights; the llama.cpp "
+        "peer converts bf16 weights to GGUF (bench the bf16 model with --weights NAME=DIR)"
+        for n in peers
+    ]
+    return [n for n in names if n not in peers], notes
+
+
 def calibrated_policy(host: Host, model: Model) -> tuple[Policy, list[str]]:
     """The planner's layouts use this host's calibration, as `zenvllm plan` does."""
     cal, source = calibrate.read(None, live=True)
@@ -74,10 +132,12 @@ def run(args: argparse.Namespace) -> int:
     workload = workload_from(args)
     workload.check(max_len)
     names = layouts.parse_configs(args.configs, args.quick)
+    copies = weights_copies(args.weights, model_dir)
+    names, notes = peers_for(names, model)
     host = read_host()
-    base, notes = calibrated_policy(host, model)
-    configs, resolved = layouts.resolve(names, host, model, args.base_port, max_len, base)
-    notes += resolved
+    base, calibrated = calibrated_policy(host, model)
+    configs, resolved = layouts.resolve(names, host, model, args.base_port, max_len, base, copies)
+    notes += [*calibrated, *resolved]
     images, configs = choose_images(args, configs, notes, host)
     workload = eager_if_needed(args, workload, images["vllm-openai"], notes)
     gateway_url, deployment, configs = choose_gateway(
@@ -261,6 +321,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--model", type=Path, required=True, help="local model directory")
     parser.add_argument("--quick", action="store_true", help="few prompts, one repeat (CI)")
     parser.add_argument("--configs", help=f"comma list from: {', '.join(layouts.SPECS)}")
+    parser.add_argument(
+        "--weights",
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="another copy of --model's weights (INT8, INT4...) measured as auto-NAME "
+        "with the planner's layout for it (repeatable)",
+    )
     parser.add_argument("--repeats", type=positive, help="measured runs per configuration")
     parser.add_argument("--input-len", type=positive, help="random prompt tokens")
     parser.add_argument("--output-len", type=positive, help="tokens generated per request")

@@ -181,6 +181,8 @@ class Server:
     docker_args: tuple[str, ...]
     serve_args: tuple[str, ...] = ()  # beyond the model, dtype, length and port
     gguf: str = ""  # llamacpp: the GGUF type of the weights it serves
+    model_dir: str = ""  # another copy of the weights (--weights NAME=DIR); "": --model's
+    weight_bytes: int = 0  # that copy's bytes per decode step; 0: --model's
     # A planner layout's instance, whose container (core.container) the bench runs.
     instance: Instance | None = field(default=None, compare=False, repr=False)
 
@@ -227,6 +229,7 @@ class Configuration:
                         s.mems,
                         s.kv_cache_gib,
                         s.gguf,
+                        s.model_dir,
                         tuple(sorted(s.env.items())),
                     )
                     for s in self.servers
@@ -366,6 +369,43 @@ def policy_of(spec: Spec, host: Host, base_port: int, max_model_len: int, base: 
     )
 
 
+@dataclass(frozen=True)
+class Weights:
+    """Another copy of --model's weights (INT8, INT4...), served by the planner's auto
+    layout beside the bf16 one: `auto-<name>`."""
+
+    name: str
+    path: str
+    model: Model
+
+    @property
+    def config(self) -> str:
+        return f"{PLANNER}-{self.name}"
+
+
+def weights_configs(
+    copies: tuple[Weights, ...], host: Host, base_port: int, max_model_len: int, base: Policy
+) -> tuple[list[Configuration], list[str]]:
+    """The planner's auto layout planned for each copy (fewer bytes may take fewer cores)."""
+    configs, notes = [], []
+    for w in copies:
+        try:
+            plan = make_plan(
+                host, w.model, policy_of(SPECS[PLANNER], host, base_port, max_model_len, base)
+            )
+        except PlanError as err:
+            notes.append(f"{w.config}: skipped on this host: {err}")
+            continue
+        label = w.model.quantization.label if w.model.quantization else "unquantized"
+        servers = tuple(
+            replace(s, model_dir=w.path, weight_bytes=w.model.weight_bytes)
+            for s in servers_of(plan)
+        )
+        summary = f"planner's auto layout on {w.model.name} ({label})"
+        configs.append(Configuration(w.config, "plan", summary, "vllm-openai", servers))
+    return configs, notes
+
+
 def resolve(
     names: list[str],
     host: Host,
@@ -373,8 +413,10 @@ def resolve(
     base_port: int,
     max_model_len: int,
     base: Policy | None = None,
+    copies: tuple[Weights, ...] = (),
 ) -> tuple[list[Configuration], list[str]]:
-    """Catalogue names -> runnable configurations on this host, duplicates folded.
+    """Catalogue names -> runnable configurations on this host, duplicates folded, then
+    the planner's layout for each other copy of the weights.
 
     Returns the configurations and notes (what was folded or skipped, and why)."""
     configs: list[Configuration] = []
@@ -412,4 +454,5 @@ def resolve(
             )
             continue
         configs.append(config)
-    return configs, notes
+    more, more_notes = weights_configs(copies, host, base_port, max_model_len, base or Policy())
+    return [*configs, *more], [*notes, *more_notes]

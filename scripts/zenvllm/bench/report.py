@@ -55,8 +55,8 @@ def detail_table(summaries: list[Summary], configs: list[Configuration]) -> str:
     by_name = {c.name: c for c in configs}
     lines = [
         "| configuration | instances | output tok/s (median) | min-max | total tok/s "
-        "| TTFT ms | TPOT ms | vs stock |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| TTFT ms | TPOT ms | memory MiB | vs stock |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for s in summaries:
         config = by_name[s.config]
@@ -64,7 +64,8 @@ def detail_table(summaries: list[Summary], configs: list[Configuration]) -> str:
         ratio = f"{s.ratio:.3f}x" if s.ratio is not None else "n/a"
         lines.append(
             f"| {name} | {s.shape} | {s.output_tok_s:g} | {s.output_min:g}-{s.output_max:g} "
-            f"| {s.total_tok_s:g} | {s.ttft_ms:g} | {s.tpot_ms:g} | {ratio} |"
+            f"| {s.total_tok_s:g} | {s.ttft_ms:g} | {s.tpot_ms:g} | {s.memory_mib or 'n/a'} "
+            f"| {ratio} |"
         )
     return "\n".join(lines)
 
@@ -101,6 +102,8 @@ def markdown(result: dict) -> str:
     parts += [f"- {n}" for n in meta.get("notes", [])]
     if result.get("peers"):
         parts += ["", peers_table(result["peers"])]
+    if result.get("weights"):
+        parts += ["", weights_table(result["weights"])]
     if result.get("roofline"):
         parts += ["", roofline_table(result["roofline"], meta)]
     return "\n".join(parts) + "\n"
@@ -119,6 +122,26 @@ def peers_table(rows: list[dict]) -> str:
         f"| {r['peer']} | {r['output']:.3f}x | {r['ttft']:.3f}x | {r['tpot']:.3f}x |" for r in rows
     ]
     return "\n".join(lines)
+
+
+def weights_table(rows: list[dict]) -> str:
+    """Each other copy of the weights over the planner's layout on --model's."""
+    lines = [
+        f"Other weights of the same model, each with the planner's layout for it, against "
+        f"{PLANNER} on --model's (copy / {PLANNER}; memory as docker stats reports the servers):",
+        "",
+        "| weights | output tok/s | TTFT | TPOT | memory |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    lines += [weights_row(r) for r in rows]
+    return "\n".join(lines)
+
+
+def weights_row(r: dict) -> str:
+    memory = f"{r['memory']:.3f}x" if r["memory"] is not None else "n/a"
+    return (
+        f"| {r['weights']} | {r['output']:.3f}x | {r['ttft']:.3f}x | {r['tpot']:.3f}x | {memory} |"
+    )
 
 
 def roofline_table(rows: list[dict], meta: dict) -> str:

@@ -5,6 +5,7 @@ writes and `bench_check` checks.
 
 from __future__ import annotations
 
+import re
 import statistics
 from dataclasses import asdict, dataclass, replace
 
@@ -120,13 +121,30 @@ class Run:
     mean_tpot_ms: float
     median_tpot_ms: float
     load_1m: float  # load average just before the repeat: how quiet the machine was
+    memory_mib: int = 0  # its servers' memory after the repeat (docker stats; 0: none here)
 
 
 def weighted(values: list[float], weights: list[int]) -> float:
     return sum(v * w for v, w in zip(values, weights, strict=True)) / sum(weights)
 
 
-def combine(config: str, repeat: int, results: list[ClientResult], load_1m: float) -> Run:
+UNITS_MIB = {"B": 1 / 2**20, "KiB": 1 / 1024, "MiB": 1, "GiB": 1024, "TiB": 2**20}
+
+
+def memory_mib(stats: str) -> int:
+    """`docker stats --format {{.MemUsage}}` lines ("1.2GiB / 4GiB") -> their total MiB."""
+    total = 0.0
+    for line in stats.splitlines():
+        match = re.fullmatch(r"([\d.]+)\s*([KMGT]?i?B)", line.split("/")[0].strip())
+        if not match or match[2] not in UNITS_MIB:
+            raise ValueError(f"docker stats: {line!r} is not a memory usage")
+        total += float(match[1]) * UNITS_MIB[match[2]]
+    return round(total)
+
+
+def combine(
+    config: str, repeat: int, results: list[ClientResult], load_1m: float, memory_mib: int = 0
+) -> Run:
     """Clients of a multi-instance run -> one run. Throughput is all tokens over the span
     from the first client's start to the last one's end, so start-up skew between clients
     counts against the multi-instance layout, never for it. Latencies are the
@@ -156,6 +174,7 @@ def combine(config: str, repeat: int, results: list[ClientResult], load_1m: floa
         mean_tpot_ms=round(weighted([r.mean_tpot_ms for r in results], done), 3),
         median_tpot_ms=round(weighted([r.median_tpot_ms for r in results], done), 3),
         load_1m=round(load_1m, 2),
+        memory_mib=memory_mib,
     )
 
 
@@ -177,6 +196,7 @@ class Summary:
     tpot_min: float
     tpot_max: float
     ratio: float | None  # output_tok_s / stock's output_tok_s (both as written)
+    memory_mib: int = 0  # the servers' memory, median over repeats
 
 
 def summarize(runs: list[Run], configs: list[Configuration]) -> list[Summary]:
@@ -204,6 +224,7 @@ def summarize(runs: list[Run], configs: list[Configuration]) -> list[Summary]:
                 tpot_min=round(min(tpot), 3),
                 tpot_max=round(max(tpot), 3),
                 ratio=None,
+                memory_mib=int(statistics.median(r.memory_mib for r in mine)),
             )
         )
     stock = next((s for s in summaries if s.config == STOCK), None)
@@ -250,7 +271,7 @@ def same_weights(config: Configuration) -> bool:
     """Serves the bf16 weights through the planner's image or as a peer: the field the
     planner's layout must lead. Other images' layouts (zen) and quantized peers
     (llama.cpp's Q8_0 reads half the bytes) are measured beside it, not ranked with it."""
-    quantized = any(s.gguf and s.gguf != "bf16" for s in config.servers)
+    quantized = any((s.gguf and s.gguf != "bf16") or s.model_dir for s in config.servers)
     return not quantized and (config.kind in PEER_KINDS or config.target == "vllm-openai")
 
 
@@ -340,7 +361,8 @@ def roofline(
         cores = [n for srv in by_name[s.config].servers for n in instance_cores(srv, host_cores)]
         if not cores or s.tpot_ms <= 0 or weight_bytes <= 0 or core_gbs <= 0:
             continue  # the gateway has no servers of its own
-        step_bytes = weight_bytes * GGUF_BYTES.get(by_name[s.config].servers[0].gguf, 1.0)
+        first = by_name[s.config].servers[0]
+        step_bytes = (first.weight_bytes or weight_bytes) * GGUF_BYTES.get(first.gguf, 1.0)
         streamed = step_bytes / (s.tpot_ms / 1000) / 1e9
         available = core_gbs * statistics.mean(cores)
         rows.append(
@@ -354,6 +376,26 @@ def roofline(
     return rows
 
 
+def weight_ratios(summaries: list[Summary], configs: list[Configuration]) -> list[dict]:
+    """Each other copy of the weights (auto-<name>) against the planner's layout on
+    --model's: throughput, TTFT, TPOT and memory as quotients (copy / bf16)."""
+    copies = {c.name for c in configs if any(s.model_dir for s in c.servers)}
+    planner = next((s for s in summaries if s.config == PLANNER), None)
+    if planner is None:
+        return []
+    return [
+        {
+            "weights": s.config,
+            "output": round(s.output_tok_s / planner.output_tok_s, 3),
+            "ttft": round(s.ttft_ms / planner.ttft_ms, 3),
+            "tpot": round(s.tpot_ms / planner.tpot_ms, 3),
+            "memory": round(s.memory_mib / planner.memory_mib, 3) if planner.memory_mib else None,
+        }
+        for s in summaries
+        if s.config in copies and s.output_tok_s > 0
+    ]
+
+
 def result_document(
     meta: dict, configs: list[Configuration], images: dict[str, str], runs: list[Run]
 ) -> dict:
@@ -365,6 +407,7 @@ def result_document(
         "summary": [asdict(s) for s in summaries],
         "verdict": verdict(summaries, configs),
         "peers": peer_ratios(summaries, configs),
+        "weights": weight_ratios(summaries, configs),
         "roofline": roofline(
             summaries,
             configs,

@@ -218,7 +218,8 @@ def measure(
             stem = f"{config.name}-r{repeat}"
             mine = [s.repeat(repeat) for s in shares]
             clients = run_clients(endpoints, mine, image, settings, raw, stem, run_id, counted)
-            run = results.combine(config.name, repeat, clients, load)
+            used = servers_memory(config.servers)
+            run = results.combine(config.name, repeat, clients, load, used)
             runs.append(run)
             say(
                 f"{tag}: repeat {repeat}/{w.repeats}: {run.output_tok_s:.1f} output tok/s, "
@@ -249,10 +250,14 @@ def start_servers(
                 "listens there or pass --base-port"
             )
     say(f"{tag}: starting {config.shape} ({image})")
-    container = launch.container_settings(
-        image, settings.model_dir, settings.max_model_len, settings.workload.enforce_eager, raw
-    )
     for s in config.servers:
+        container = launch.container_settings(
+            image,
+            Path(s.model_dir) if s.model_dir else settings.model_dir,
+            settings.max_model_len,
+            settings.workload.enforce_eager,
+            raw,
+        )
         spec = (
             launch.llamacpp_launch(
                 s,
@@ -270,6 +275,15 @@ def start_servers(
         DOCKER.run(*spec.argv, check=True)
     took = wait_ready([(s.name, s.port) for s in config.servers], settings.start_timeout_s)
     say(f"{tag}: ready in {took:.0f} s")
+
+
+def servers_memory(servers: tuple[layouts.Server, ...]) -> int:
+    """What the servers hold in memory now, MiB (docker stats leaves the page cache out)."""
+    if not servers:
+        return 0
+    names = [s.name for s in servers]
+    done = DOCKER.run("stats", "--no-stream", "--format", "{{.MemUsage}}", *names, timeout=60)
+    return results.memory_mib(done.stdout) if done.returncode == 0 else 0
 
 
 def config_endpoints(
