@@ -49,23 +49,26 @@ def copy_rate(cpu: int, nbytes: int, seconds: float, start, results) -> None:
     results.put(moved / (now - began))
 
 
-def measure(cpus: list[int], nbytes: int, seconds: float) -> float:
-    """Aggregate GB/s of `cpus` copying at once (one process each)."""
+def in_parallel(work, jobs: list[tuple], timeout: float) -> list:
+    """`work(*job, start, results)` in one forked process per job, released together by
+    a barrier; what each put in `results`."""
     ctx = multiprocessing.get_context("fork")
-    start, results = ctx.Barrier(len(cpus)), ctx.Queue()
-    procs = [
-        ctx.Process(target=copy_rate, args=(cpu, nbytes, seconds, start, results)) for cpu in cpus
-    ]
+    start, results = ctx.Barrier(len(jobs)), ctx.Queue()
+    procs = [ctx.Process(target=work, args=(*job, start, results)) for job in jobs]
     for proc in procs:
         proc.start()
     try:
-        rates = [results.get(timeout=seconds + 60) for _ in procs]
+        return [results.get(timeout=timeout) for _ in procs]
     finally:
         for proc in procs:
             proc.join(timeout=10)
             if proc.is_alive():
                 proc.kill()
-    return sum(rates) / 1e9
+
+
+def measure(cpus: list[int], nbytes: int, seconds: float) -> float:
+    """Aggregate GB/s of `cpus` copying at once (one process each)."""
+    return sum(in_parallel(copy_rate, [(c, nbytes, seconds) for c in cpus], seconds + 60)) / 1e9
 
 
 def data_spans(model_dir: Path) -> list[Span]:
@@ -134,21 +137,8 @@ def measure_step(model_dir: Path, host: Host, seconds: float) -> StepFigure:
         )
     cpus = [ids[0] for ids in next(iter(usable_cores(host).values()))]
     shares = split(data_spans(model_dir), len(cpus))
-    ctx = multiprocessing.get_context("fork")
-    start, results = ctx.Barrier(len(shares)), ctx.Queue()
-    procs = [
-        ctx.Process(target=pass_time, args=(cpu, share, seconds, start, results))
-        for cpu, share in zip(cpus, shares, strict=False)
-    ]
-    for proc in procs:
-        proc.start()
-    try:
-        times = [results.get(timeout=seconds + 120) for _ in procs]
-    finally:
-        for proc in procs:
-            proc.join(timeout=10)
-            if proc.is_alive():
-                proc.kill()
+    jobs = [(cpu, share, seconds) for cpu, share in zip(cpus, shares, strict=False)]
+    times = in_parallel(pass_time, jobs, seconds + 120)  # + the first read from disk
     return StepFigure(model.name, model.weight_bytes, len(shares), round(max(times) * 1000, 2))
 
 
