@@ -432,13 +432,16 @@ def test_the_recorded_full_run_is_complete_and_consistent():
     assert result["meta"]["workload"]["input_len"] == 128
 
 
-def test_the_recorded_real_shape_run_has_every_peer_and_the_planner_near_the_best():
-    """`make bench`'s 0.5 B run whose figures the README quotes (issue 14)."""
-    out = DOCS / "qwen0.5b"
+@pytest.mark.parametrize(("shape", "weight_gb"), [("qwen0.5b", 0.99), ("qwen1.5b", 3.09)])
+def test_the_recorded_real_shape_runs_have_every_peer_and_the_planner_near_the_best(
+    shape, weight_gb
+):
+    """`make bench`'s 0.5 B and 1.5 B runs whose figures the README quotes (issue 14)."""
+    out = DOCS / shape
     peers = ["stock", "auto", "vllm-dp", "llamacpp", "llamacpp-q8"]
     assert check.check_outputs(out, peers) == []
     result = json.loads((out / "results.json").read_text())
-    assert 0.9e9 < result["meta"]["weight_bytes"] < 1.1e9  # a 0.5 B class model in bf16
+    assert result["meta"]["weight_bytes"] / 1e9 == pytest.approx(weight_gb, abs=0.01)
     assert result["meta"]["workload"]["input_len"] == result["meta"]["workload"]["output_len"]
     assert {r["peer"] for r in result["peers"]} == {"stock", "vllm-dp", "llamacpp", "llamacpp-q8"}
     v = result["verdict"]
