@@ -50,6 +50,19 @@ def test_each_copy_is_the_planners_layout_served_from_its_own_directory():
     assert results.same_weights(configs[1])
 
 
+def test_every_planner_layout_asked_for_is_planned_for_each_copy_alike_ones_once():
+    model = read_model(ensure_tiny_model())
+    names = ["stock", "single", "auto", "two-per-node", "zen-auto"]
+    configs, notes = layouts.resolve(names, ZEN4, model, 8401, 512, None, copies("w8a8"))
+    by_name = {c.name: c for c in configs}
+    # A tiny model takes a core per instance: auto is two-per-node, for either weights.
+    assert list(by_name) == ["stock", "auto", "single", "zen-auto", "auto-w8a8", "single-w8a8"]
+    assert by_name["auto-w8a8"].same_as == ("two-per-node-w8a8",)
+    assert (by_name["auto-w8a8"].shape, by_name["single-w8a8"].shape) == ("2 x 1 CPU", "1 x 2 CPUs")
+    assert "zen-auto-w8a8" not in " ".join(notes)  # copies run on vLLM's image only
+    assert "two-per-node-w8a8: identical to auto-w8a8 on this host; measured once" in notes
+
+
 def test_a_copy_this_cpu_cannot_serve_is_skipped_with_the_reason():
     configs, notes = sweep(MILAN)
     assert [c.name for c in configs] == ["stock", "auto", "auto-w8a8"]

@@ -371,38 +371,46 @@ def policy_of(spec: Spec, host: Host, base_port: int, max_model_len: int, base: 
 
 @dataclass(frozen=True)
 class Weights:
-    """Another copy of --model's weights (INT8, INT4...), served by the planner's auto
-    layout beside the bf16 one: `auto-<name>`."""
+    """Another copy of --model's weights (INT8, INT4...), served by each planner layout
+    of vLLM's image among --configs beside the bf16 one: `<layout>-<name>`."""
 
     name: str
     path: str
     model: Model
 
-    @property
-    def config(self) -> str:
-        return f"{PLANNER}-{self.name}"
-
 
 def weights_configs(
-    copies: tuple[Weights, ...], host: Host, base_port: int, max_model_len: int, base: Policy
+    copies: tuple[Weights, ...],
+    layouts: list[str],
+    host: Host,
+    base_port: int,
+    max_model_len: int,
+    base: Policy,
 ) -> tuple[list[Configuration], list[str]]:
-    """The planner's auto layout planned for each copy (fewer bytes may take fewer cores)."""
-    configs, notes = [], []
-    for w in copies:
+    """Each layout planned for each copy (fewer bytes may take fewer cores), those that
+    come out alike measured once."""
+    configs: list[Configuration] = []
+    notes: list[str] = []
+    for w, name in ((w, n) for w in copies for n in layouts):
+        spec = SPECS[name]
         try:
-            plan = make_plan(
-                host, w.model, policy_of(SPECS[PLANNER], host, base_port, max_model_len, base)
-            )
+            plan = make_plan(host, w.model, policy_of(spec, host, base_port, max_model_len, base))
         except PlanError as err:
-            notes.append(f"{w.config}: skipped on this host: {err}")
+            notes.append(f"{name}-{w.name}: skipped on this host: {err}")
             continue
         label = w.model.quantization.label if w.model.quantization else "unquantized"
         servers = tuple(
             replace(s, model_dir=w.path, weight_bytes=w.model.weight_bytes)
             for s in servers_of(plan)
         )
-        summary = f"planner's auto layout on {w.model.name} ({label})"
-        configs.append(Configuration(w.config, "plan", summary, "vllm-openai", servers))
+        summary = f"{spec.summary}, on {w.model.name} ({label})"
+        config = Configuration(f"{name}-{w.name}", "plan", summary, spec.target, servers)
+        twin = next((c for c in configs if c.signature() == config.signature()), None)
+        if twin is not None:
+            configs[configs.index(twin)] = replace(twin, same_as=(*twin.same_as, config.name))
+            notes.append(f"{config.name}: identical to {twin.name} on this host; measured once")
+            continue
+        configs.append(config)
     return configs, notes
 
 
@@ -454,5 +462,9 @@ def resolve(
             )
             continue
         configs.append(config)
-    more, more_notes = weights_configs(copies, host, base_port, max_model_len, base or Policy())
+    planned = [n for n in SPECS if n in names and SPECS[n].kind == "plan"]
+    planned = [n for n in planned if SPECS[n].target == "vllm-openai"]  # the auto one's image
+    more, more_notes = weights_configs(
+        copies, planned, host, base_port, max_model_len, base or Policy()
+    )
     return [*configs, *more], [*notes, *more_notes]
