@@ -128,31 +128,31 @@ def test_two_core_machine_folds_identical_layouts():
         list(layouts.SPECS), host("test-machine-zen4-2cpu"), TINY, 8401, 512
     )
     by_name = {c.name: c for c in configs}
-    # One node of two cores and a small model: auto is one instance per core, the same
-    # run as two-per-node and interleaved; single and per-node are one 2-core instance.
-    assert by_name["auto"].same_as == ("two-per-node", "auto-interleaved")
-    assert by_name["single"].same_as == ("per-node",)
+    # One node of two cores without SMT: auto is one 2-core instance (never a 1-core one
+    # there), the same run as single, per-node and interleaved; two-per-node stands apart.
+    assert by_name["auto"].same_as == ("single", "per-node", "auto-interleaved")
     assert set(by_name) == {
         "stock",
         "auto",
-        "single",
+        "two-per-node",
         "zen-auto",
-        "zen-single",
         "vllm-dp",
         "llamacpp",
         "llamacpp-q8",
         "gateway",
     }
-    assert [(s.cpus, s.omp_bind) for s in by_name["auto"].servers] == [("0", "0"), ("1", "1")]
-    assert by_name["auto"].shape == "2 x 1 CPU"
-    assert any("two-per-node: identical to auto" in n for n in notes)
     # Under 8 cores without SMT, OpenMP gets every core of the slice (vLLM's auto keeps one).
-    assert [(s.cpus, s.omp_bind) for s in by_name["single"].servers] == [("0-1", "0-1")]
-    assert by_name["single"].shape == "1 x 2 CPUs"
+    assert [(s.cpus, s.omp_bind) for s in by_name["auto"].servers] == [("0-1", "0-1")]
+    assert by_name["auto"].shape == "1 x 2 CPUs"
+    assert any("single: identical to auto" in n for n in notes)
+    assert [(s.cpus, s.omp_bind) for s in by_name["two-per-node"].servers] == [
+        ("0", "0"),
+        ("1", "1"),
+    ]
     # zen differs from plain by image and env, so it is never folded into it.
     assert by_name["zen-auto"].target == "zen"
-    assert by_name["zen-auto"].same_as == ()
-    assert by_name["zen-auto"].shape == "2 x 1 CPU"
+    assert by_name["zen-auto"].same_as == ("zen-single",)
+    assert by_name["zen-auto"].shape == "1 x 2 CPUs"
     assert by_name["zen-auto"].servers[0].env["VLLM_ZENTORCH_WEIGHT_PREPACK"] == "1"
     assert by_name["gateway"].servers == ()
 
@@ -287,7 +287,7 @@ def runs_of(config, rates):
 
 
 def sample_configs():
-    # Eight CPUs without SMT: single (1 x 8) and auto (six of 1-2 CPUs) are distinct runs.
+    # Eight CPUs without SMT: single (1 x 8) and auto (four of 2 CPUs) are distinct runs.
     configs, _ = layouts.resolve(
         ["stock", "single", "auto"], host("vm-milan-8vcpu-avx2"), TINY, 8401, 512
     )
@@ -362,7 +362,7 @@ def test_tables_are_shaped_like_amds():
     assert amd[0] == "| Model | stock | auto | autovsstock |"
     assert amd[2] == "| tiny-llama | 400 | 600 | 1.500 |"
     text = report.markdown(doc)
-    assert "| auto | 6 x 1/2 CPUs | 600 | 560-700 |" in text  # 31 GiB hold six
+    assert "| auto | 4 x 2 CPUs | 600 | 560-700 |" in text  # 2-core slices without SMT
     assert "1.500x" in text and "acceptance 1.3x: met" in text
 
 

@@ -55,12 +55,20 @@ def test_every_planner_layout_asked_for_is_planned_for_each_copy_alike_ones_once
     names = ["stock", "single", "auto", "two-per-node", "zen-auto"]
     configs, notes = layouts.resolve(names, ZEN4, model, 8401, 512, None, copies("w8a8"))
     by_name = {c.name: c for c in configs}
-    # A tiny model takes a core per instance: auto is two-per-node, for either weights.
-    assert list(by_name) == ["stock", "auto", "single", "zen-auto", "auto-w8a8", "single-w8a8"]
-    assert by_name["auto-w8a8"].same_as == ("two-per-node-w8a8",)
-    assert (by_name["auto-w8a8"].shape, by_name["single-w8a8"].shape) == ("2 x 1 CPU", "1 x 2 CPUs")
+    # Without SMT auto is one 2-core instance, single's layout, for either weights.
+    assert list(by_name) == [
+        "stock",
+        "auto",
+        "two-per-node",
+        "zen-auto",
+        "auto-w8a8",
+        "two-per-node-w8a8",
+    ]
+    assert by_name["auto-w8a8"].same_as == ("single-w8a8",)
+    assert by_name["auto-w8a8"].shape == "1 x 2 CPUs"
+    assert by_name["two-per-node-w8a8"].shape == "2 x 1 CPU"
     assert "zen-auto-w8a8" not in " ".join(notes)  # copies run on vLLM's image only
-    assert "two-per-node-w8a8: identical to auto-w8a8 on this host; measured once" in notes
+    assert "single-w8a8: identical to auto-w8a8 on this host; measured once" in notes
 
 
 def test_a_copy_this_cpu_cannot_serve_is_skipped_with_the_reason():

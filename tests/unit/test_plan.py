@@ -126,17 +126,24 @@ def test_smt_siblings_serve_the_api_server_and_omp_takes_one_per_core():
     assert inst.omp_cpus == tuple(range(12, 24))  # the highest sibling, like vLLM's auto
 
 
-def test_small_model_on_the_two_core_test_machine_gets_one_instance_per_core():
+def test_small_model_on_the_two_core_test_machine_gets_one_two_core_instance():
     plan = make_plan(flavor(2, 24, cpu="genoa"), TINY)
-    # 1-core slices, OpenMP on their only core: the bench's best layout on this machine.
-    assert [(i.cpus, i.omp_threads_bind, i.port) for i in plan.instances] == [
-        ((0,), "0", 8001),
-        ((1,), "1", 8002),
-    ]
+    # One core would stream the weights, but without SMT a 1-core instance shares its
+    # core with its API server and scheduler: at least 2 cores, OpenMP on both.
+    assert [(i.cpus, i.omp_threads_bind, i.port) for i in plan.instances] == [((0, 1), "0-1", 8001)]
+    assert "need 1 core(s) per instance" in plan.notes[0]
+    assert "without SMT at least 2" in plan.notes[0]
     # KV is capped by what 256 sequences of 512 tokens can use, then raised to the minimum.
-    assert [i.kv_cache_gib for i in plan.instances] == [1, 1]
+    assert [i.kv_cache_gib for i in plan.instances] == [1]
     assert any("OpenMP gets every core" in n for n in plan.notes)
     assert not plan.warnings
+
+
+def test_with_smt_a_small_model_gets_a_core_and_its_sibling_per_instance():
+    plan = make_plan(flavor(8, 64, smt=2), TINY)
+    assert len(plan.instances) == 4
+    assert {len(i.cpus) for i in plan.instances} == {2}  # one core, both its threads
+    assert "without SMT" not in plan.notes[0]
 
 
 def test_small_slices_without_smt_give_openmp_every_core():

@@ -78,8 +78,9 @@ def test_auto_uses_every_node_and_splits_big_ones(name, host):
     assert covered >= set(vllm_omp) | set(vllm_reserved)
     nodes_with_cpus = {n.id for n in host.nodes if n.cpus}
     assert {i.node for i in plan.instances} == nodes_with_cpus
-    # The tiny model needs one core per instance: every node splits as far as its
-    # cores (and memory) allow, and every OpenMP thread has a core of its own.
-    if len(host.allowed_cpus) >= 2:
+    # The tiny model needs one core per instance (two without SMT): every node splits
+    # as far as its cores (and memory) allow, and every OpenMP thread has a core of its own.
+    cores = len({(c.package, c.core) for c in host.cpus if c.id in host.allowed_cpus})
+    if cores >= (2 if host.smt else 4):
         assert len(plan.instances) > 1
     assert all(set(i.omp_cpus) <= set(i.cpus) for i in plan.instances)

@@ -106,13 +106,13 @@ def peers_for(names: list[str], model: Model) -> tuple[list[str], list[str]]:
     """llama.cpp's configurations convert bf16 safetensors: a quantized --model has none."""
     if model.quantization is None:
         return names, []
-    peers = [n for n in names if layouts.SPECS[n].kind == "llamacpp"]
+    llamacpp = [n for n in names if layouts.SPECS[n].kind == "llamacpp"]
     notes = [
         f"{n}: skipped: --model holds {model.quantization.label} weights; the llama.cpp "
         "peer converts bf16 weights to GGUF (bench the bf16 model with --weights NAME=DIR)"
-        for n in peers
+        for n in llamacpp
     ]
-    return [n for n in names if n not in peers], notes
+    return [n for n in names if n not in llamacpp], notes
 
 
 def calibrated_policy(host: Host, model: Model) -> tuple[Policy, list[str]]:

@@ -50,11 +50,17 @@ def omp_cpus_of(slice_cores: list[tuple[int, ...]], policy: Policy) -> tuple[int
     return tuple(sorted(omp))
 
 
-def cores_per_instance(model: Model, policy: Policy) -> int:
+def cores_per_instance(model: Model, policy: Policy, smt: bool = True) -> int:
+    """The fewest cores that stream the weights within the step target; without SMT at
+    least `min_cores_without_smt`, since a 1-core instance's API server and scheduler
+    take turns with its only OpenMP thread."""
     if model.weight_bytes <= 0:
         return policy.max_cores_per_instance
     per_core_step = policy.core_bandwidth_gbs * 1e9 * policy.tpot_target_ms / 1000
-    return max(1, min(policy.max_cores_per_instance, math.ceil(model.weight_bytes / per_core_step)))
+    least = 1 if smt else policy.min_cores_without_smt
+    return max(
+        least, min(policy.max_cores_per_instance, math.ceil(model.weight_bytes / per_core_step))
+    )
 
 
 def instances_per_node(

@@ -201,11 +201,18 @@ def layout_notes(
     warnings: list[str] = []
     notes: list[str] = []
     if policy.instances is None:
+        by_bandwidth = cores_per_instance(model, policy)
+        floor = (
+            f"; without SMT at least {per_instance}, as a 1-core instance's API server and "
+            "scheduler would share its only core"
+            if per_instance > by_bandwidth
+            else ""
+        )
         notes.append(
             f"auto: {model.weight_gib:.2f} GiB of weights need "
-            f"{per_instance} core(s) per instance to keep a decode step "
+            f"{by_bandwidth} core(s) per instance to keep a decode step "
             f"under {policy.tpot_target_ms:g} ms at ~{policy.core_bandwidth_gbs:g} GB/s per "
-            f"core (cap {policy.max_cores_per_instance}); that bandwidth is "
+            f"core (cap {policy.max_cores_per_instance}){floor}; that bandwidth is "
             f"{policy.bandwidth_source}"
         )
     idle = sorted(set(cores) - set(counts))
@@ -288,7 +295,7 @@ def make_plan(host: Host, model: Model, policy: Policy | None = None) -> Plan:
             "no usable CPUs: the cgroup cpuset allows none of the online CPUs; "
             "widen the container's --cpuset-cpus"
         )
-    per_instance = cores_per_instance(model, policy)
+    per_instance = cores_per_instance(model, policy, host.smt)
     counts = instances_per_node(cores, policy, per_instance)
     warnings, notes = layout_notes(host, cores, counts, model, policy, per_instance)
     notes += quantization.note(model.quantization, policy.target)

@@ -42,6 +42,10 @@ class Policy:
         "a spec-sheet default (Zen 4: ~460 GB/s over 96 cores), not measured here; "
         "`zenvllm calibrate` measures this host"
     )
+    # Without SMT a 1-core instance shares its core with its API server and scheduler: on
+    # the 2-core test machine one 2-core instance made 1.42-1.61x two 1-core ones (0.5 B
+    # bf16 and W8A8, 1.5 B); only a 26 M toy model, all Python overhead, went the other way.
+    min_cores_without_smt: int = 2
     reserve_cpus: int = 1  # cores kept from OpenMP in big non-SMT slices, for the API server
     reserve_from_cores: int = 8  # smaller non-SMT slices give OpenMP every core
 
