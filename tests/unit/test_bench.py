@@ -449,6 +449,23 @@ def test_the_recorded_real_shape_runs_have_every_peer_and_the_planner_near_the_b
     assert check.main([str(out), "--near-best"]) == 0
 
 
+def test_the_recorded_quantized_runs_compare_each_weights_with_bf16_in_one_run():
+    """`make bench`'s 0.5 B bf16/W8A8/AWQ run, and the earlier one whose auto and single
+    layouts of each copy the planner's 2-core minimum rests on (issue 16)."""
+    for name, copies in (
+        ("qwen0.5b-quant", {"auto-w8a8", "auto-awq"}),
+        ("qwen0.5b-quant-layouts", {"auto-w8a8", "single-w8a8", "auto-awq", "single-awq"}),
+    ):
+        out = DOCS / name
+        assert check.check_outputs(out, ["stock", "auto", *sorted(copies)]) == []
+        result = json.loads((out / "results.json").read_text())
+        assert {r["weights"] for r in result["weights"]} == copies
+        labels = " ".join(c["summary"] for c in result["configurations"])
+        assert "compressed-tensors W8A8 INT8" in labels and "AWQ INT4 (group 128)" in labels
+    rate = {s["config"]: s for s in result["summary"]}
+    assert rate["single-w8a8"]["output_min"] > 1.3 * rate["auto-w8a8"]["output_max"]
+
+
 def test_the_gateway_touches_only_a_site_and_work_dir_zenvllm_wrote(tmp_path):
     from zenvllm.bench import gateway
     from zenvllm.image import outputs
