@@ -76,7 +76,7 @@ def model_shape(model_dir: Path) -> dict:
 
 def weights_copies(specs: list[str], model_dir: Path) -> tuple[layouts.Weights, ...]:
     """--weights NAME=DIR: other copies of --model's weights (same shape, same tokenizer),
-    each measured as auto-NAME beside the planner's layout on --model."""
+    each measured as <layout>-NAME beside the planner's layouts on --model."""
     copies: list[layouts.Weights] = []
     for spec in specs:
         name, sep, path = spec.partition("=")
@@ -326,8 +326,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="NAME=DIR",
-        help="another copy of --model's weights (INT8, INT4...) measured as auto-NAME "
-        "with the planner's layout for it (repeatable)",
+        help="another copy of --model's weights (INT8, INT4...), measured as LAYOUT-NAME "
+        "with each planner layout of --configs planned for it (repeatable)",
     )
     parser.add_argument("--repeats", type=positive, help="measured runs per configuration")
     parser.add_argument("--input-len", type=positive, help="random prompt tokens")
