@@ -25,9 +25,7 @@ pytestmark = pytest.mark.serve
 MAX_TOKENS = 7
 # zen for the format zentorch runs (W8A8), where zentorch is active: elsewhere its
 # launcher refuses (tests/image), and INT4 there runs vLLM's own kernel, as above.
-CASES = [("vllm-openai", f) for f in FORMATS] + (
-    [("zen", "w8a8")] if cpu.zentorch_active() else []
-)
+CASES = [("vllm-openai", f) for f in FORMATS] + ([("zen", "w8a8")] if cpu.zentorch_active() else [])
 
 
 @pytest.fixture(scope="module")
