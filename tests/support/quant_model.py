@@ -41,30 +41,20 @@ from pathlib import Path
 
 import numpy as np
 
-if __package__:
-    from .tiny_model import RECIPE as TINY_RECIPE
-    from .tiny_model import (
-        SHAPES,
-        Shape,
-        default_dir,
-        ensure_tiny_model,
-        float_weights,
-        make_atomically,
-        to_bf16_bits,
-        write_safetensors,
-    )
-else:  # run as a script: tests/support is sys.path[0]
-    from tiny_model import RECIPE as TINY_RECIPE
-    from tiny_model import (
-        SHAPES,
-        Shape,
-        default_dir,
-        ensure_tiny_model,
-        float_weights,
-        make_atomically,
-        to_bf16_bits,
-        write_safetensors,
-    )
+if not __package__:  # run as a script: import the support package as the tests do
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from support.tiny_model import RECIPE as TINY_RECIPE
+from support.tiny_model import (
+    SHAPES,
+    Shape,
+    default_dir,
+    ensure_tiny_model,
+    float_weights,
+    make_atomically,
+    to_bf16_bits,
+    write_safetensors,
+)
 
 # Bump when a format's recipe changes: a cached model with another version is remade.
 RECIPE = 1

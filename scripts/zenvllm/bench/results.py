@@ -281,6 +281,15 @@ def best_rival(summaries: list[Summary], configs: list[Configuration]) -> Summar
     return max(field, key=lambda s: s.output_tok_s, default=None)
 
 
+def quotients(top: Summary, bottom: Summary) -> dict[str, float]:
+    """Throughput, TTFT and TPOT of one summary row over another's."""
+    return {
+        "output": round(top.output_tok_s / bottom.output_tok_s, 3),
+        "ttft": round(top.ttft_ms / bottom.ttft_ms, 3),
+        "tpot": round(top.tpot_ms / bottom.tpot_ms, 3),
+    }
+
+
 def peer_ratios(summaries: list[Summary], configs: list[Configuration]) -> list[dict]:
     """The planner's layout against each peer: throughput, TTFT and TPOT as quotients
     (planner / peer: above 1 is better for throughput, below 1 for latencies)."""
@@ -289,12 +298,7 @@ def peer_ratios(summaries: list[Summary], configs: list[Configuration]) -> list[
     if planner is None:
         return []
     return [
-        {
-            "peer": s.config,
-            "output": round(planner.output_tok_s / s.output_tok_s, 3),
-            "ttft": round(planner.ttft_ms / s.ttft_ms, 3),
-            "tpot": round(planner.tpot_ms / s.tpot_ms, 3),
-        }
+        {"peer": s.config, **quotients(planner, s)}
         for s in summaries
         if kinds[s.config].kind in PEER_KINDS or s.config == STOCK
     ]
@@ -386,9 +390,7 @@ def weight_ratios(summaries: list[Summary], configs: list[Configuration]) -> lis
     return [
         {
             "weights": s.config,
-            "output": round(s.output_tok_s / planner.output_tok_s, 3),
-            "ttft": round(s.ttft_ms / planner.ttft_ms, 3),
-            "tpot": round(s.tpot_ms / planner.tpot_ms, 3),
+            **quotients(s, planner),
             "memory": round(s.memory_mib / planner.memory_mib, 3) if planner.memory_mib else None,
         }
         for s in summaries
