@@ -331,8 +331,24 @@ def is_current(directory: Path) -> bool:
     return cfg.get("zenvllm_tiny_recipe") == RECIPE and (directory / "model.safetensors").exists()
 
 
+def made_here(directory: Path) -> bool:
+    """A model directory these makers wrote (any recipe): its config carries the marker."""
+    if directory.is_symlink() or not directory.is_dir():
+        return False
+    try:
+        return "zenvllm_tiny_recipe" in json.loads((directory / "config.json").read_text())
+    except (OSError, ValueError, TypeError):
+        return False
+
+
 def make_atomically(directory: Path, write: Callable[[Path], None]) -> None:
-    """Fill a temporary sibling with `write`, then swap it in for `directory`."""
+    """Fill a temporary sibling with `write`, then swap it in for `directory`, which
+    must be absent or a model made here: anything else there is never removed."""
+    if (directory.exists() or directory.is_symlink()) and not made_here(directory):
+        raise SystemExit(
+            f"{directory} exists and is not a model tests/support made; it stays as it is: "
+            "give another directory, or move it away"
+        )
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}-"))
     try:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from support import quant_model
 from support.quant_model import ensure_quant_model
+from support.tiny_model import ensure_tiny_model, made_here
 
 from zenvllm.core.model import read_model
 from zenvllm.core.quantization import read
@@ -131,3 +132,22 @@ def test_a_malformed_quantization_config_is_refused_by_name(tmp_path, value):
     done = plan("--model", str(model_dir))
     assert done.returncode == 2
     assert f"--model {model_dir}: config.json: quantization_config must be" in done.stderr
+
+
+def test_the_model_makers_never_replace_a_directory_they_did_not_write(tmp_path):
+    mine = tmp_path / "tiny-llama"  # where a quantized copy beside it puts its bf16 base
+    mine.mkdir()
+    (mine / "notes.txt").write_text("the operator's\n")
+    link = tmp_path / "linked"
+    link.symlink_to(mine)
+    for make in (
+        lambda: ensure_tiny_model(mine),
+        lambda: ensure_quant_model(tmp_path / "tiny-llama-awq", fmt="awq"),
+        lambda: ensure_tiny_model(link),
+    ):
+        with pytest.raises(SystemExit, match="is not a model tests/support made"):
+            make()
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"] and link.is_symlink()
+    assert not (tmp_path / "tiny-llama-awq").exists()
+    made = ensure_quant_model(tmp_path / "other" / "tiny-llama-awq", fmt="awq")
+    assert made_here(made) and made_here(made.parent / "tiny-llama")
