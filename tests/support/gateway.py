@@ -27,6 +27,7 @@ def request(
     body: dict | None = None,
     api_key: str | None = "default",
     timeout: float = 120,
+    host: str = "localhost",  # the gateway's inventory name (its CA's file)
 ) -> tuple[int, dict, dict]:
     """(status, headers, JSON body) of a request through the gateway; api_key is a
     client name, a literal "Bearer" value (starting with "literal:"), or None."""
@@ -39,7 +40,7 @@ def request(
         )
         headers["Authorization"] = f"Bearer {value}"
     data = json.dumps(body).encode() if body is not None else None
-    context = ssl.create_default_context(cafile=str(ca(deployment)))
+    context = ssl.create_default_context(cafile=str(ca(deployment, host)))
     req = urllib.request.Request(url, data, headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout, context=context) as reply:

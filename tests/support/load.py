@@ -74,6 +74,8 @@ def run_load(
     headers: dict | None = None,
     on_progress=None,
     cafile: str | None = None,  # the CA of an https gateway
+    stop: threading.Event | None = None,  # set: the requests not yet sent are not sent
+    pause: float = 0.0,  # seconds each client waits after a request (a lighter load)
 ) -> LoadResult:
     """Send `requests` completions, `concurrency` at a time; count what fails and why."""
     result = LoadResult()
@@ -81,6 +83,8 @@ def run_load(
     start = time.monotonic()
 
     def one(_: int) -> None:
+        if stop is not None and stop.is_set():
+            return
         try:
             complete(url, model, max_tokens, timeout, headers or {}, cafile)
             outcome = None
@@ -97,6 +101,8 @@ def run_load(
                 result.errors[outcome] += 1
             if on_progress:
                 on_progress(result)
+        if pause:
+            time.sleep(pause)
 
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         list(pool.map(one, range(requests)))
@@ -110,6 +116,7 @@ class BackgroundLoad:
     def __init__(self, *args, **kwargs) -> None:
         self.progress = LoadResult()
         kwargs["on_progress"] = self._progress
+        self._stop = kwargs["stop"] = threading.Event()
         self._result: LoadResult | None = None
         self._thread = threading.Thread(target=self._run, args=args, kwargs=kwargs, daemon=True)
 
@@ -122,6 +129,10 @@ class BackgroundLoad:
     def start(self) -> BackgroundLoad:
         self._thread.start()
         return self
+
+    def stop(self) -> None:
+        """Send no more requests (those under way finish and count)."""
+        self._stop.set()
 
     def wait_for(self, sent: int, timeout: float = 300) -> None:
         deadline = time.monotonic() + timeout

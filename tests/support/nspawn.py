@@ -51,6 +51,11 @@ REPO_PACKAGES = (
     "nginx",
     "openssl",
     "python3-apt",
+    # A routed fleet: the router's venv, the instances' firewall, monitoring.
+    "python3-venv",
+    "nftables",
+    "prometheus",
+    "prometheus-node-exporter",
 )
 RECIPE = 1  # bump when the rootfs recipe changes
 BRIDGE = "zvnsbr0"
@@ -143,6 +148,9 @@ def ensure_rootfs() -> Path:
     dest = cache_dir() / f"rootfs-{SUITE}-{rootfs_key()}"
     if not dest.is_dir():
         dest.parent.mkdir(parents=True, exist_ok=True)
+        # Older recipes' rootfs trees (ours: the cache directory is the tests') go first.
+        for old in dest.parent.glob(f"rootfs-{SUITE}-*"):
+            shutil.rmtree(old, ignore_errors=True)
         build_rootfs(dest)
     return dest
 

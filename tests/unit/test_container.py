@@ -73,6 +73,7 @@ def test_systemd_runs_it_in_the_foreground_the_engine_restarts_it(instance):
         {"model_dir": "/srv/models/other"},
         {"serve_args": ("--dtype=float32",)},
         {"extra_env": {"VLLM_LOGGING_LEVEL": "DEBUG"}},
+        {"address": "10.0.0.5"},
     ],
 )
 def test_the_hash_moves_with_what_shapes_the_container(instance, change):
@@ -96,12 +97,27 @@ def test_a_new_secret_moves_the_hash_without_entering_the_spec(instance):
         ("[1]", "not a JSON object"),
         ('{"supervisor": "cron"}', "supervisor 'cron' is not one of systemd, engine, none"),
         ("{", "Expecting"),
+        ('{"address": "llm-a.internal"}', "address 'llm-a.internal' is not an IP address"),
     ],
 )
 def test_bad_settings_are_refused_by_name(text, says):
     with pytest.raises(UserError, match="--deployment-json") as refused:
         Settings.from_json(text)
     assert says in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("address", "url"),
+    [
+        ("127.0.0.1", "http://127.0.0.1:{port}"),
+        ("10.0.0.5", "http://10.0.0.5:{port}"),
+        ("fd00::5", "http://[fd00::5]:{port}"),
+    ],
+)
+def test_behind_a_router_it_listens_on_the_private_address_the_plan_names(instance, address, url):
+    c = container_of(instance, Settings.from_json(f'{{"address": "{address}"}}'))
+    assert f"--host={address}" in c.command
+    assert c.url == url.format(port=instance.port) == c.to_dict()["url"]
 
 
 def test_the_container_names_every_file_a_deployment_writes_for_it(instance):

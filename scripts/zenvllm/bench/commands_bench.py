@@ -8,7 +8,7 @@ import re
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from zenvllm.bench import gateway, layouts, results, runner
+from zenvllm.bench import gateway, layouts, metrics, results, runner
 from zenvllm.bench.gateway import Deployment
 from zenvllm.core import calibration
 from zenvllm.core.arguments import real, whole
@@ -124,6 +124,8 @@ def calibrated_policy(host: Host, model: Model) -> tuple[Policy, list[str]]:
 
 def run(args: argparse.Namespace) -> int:
     outputs.check_output(args.out, "--out")  # before any work
+    if args.metrics_file:
+        metrics.check_metrics_file(args.metrics_file)
     if not args.model.is_dir():
         raise UserError(f"--model {args.model}: not a directory; give a local model directory")
     model_dir = args.model.resolve()
@@ -168,6 +170,9 @@ def run(args: argparse.Namespace) -> int:
     settings.gguf = convert_for_peers(configs, model_dir)
     result, status = runner.run_bench(configs, settings)
     runner.print_summary(result, args.out)
+    if args.metrics_file:
+        metrics.write_metrics_file(args.metrics_file, result)
+        runner.say(f"metrics: {args.metrics_file}")
     return status
 
 
@@ -360,6 +365,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--start-timeout", type=real(0, example=900), default=900, help="seconds to /health"
     )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNGs (no matplotlib)")
+    parser.add_argument(
+        "--metrics-file",
+        type=Path,
+        help="also write the results as Prometheus gauges here (the node exporter's textfile "
+        "directory: /var/lib/prometheus/node-exporter/zenvllm_bench.prom)",
+    )
     parser.add_argument(
         "--dry-run", action="store_true", help="print the configurations as JSON, run nothing"
     )

@@ -12,6 +12,7 @@ Pure; standard library only.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 from dataclasses import asdict, dataclass, field
 
@@ -46,6 +47,9 @@ class Settings:
     supervisor: str = "systemd"
     extra_env: dict[str, str] = field(default_factory=dict)
     extra_options: tuple[str, ...] = ()
+    # Where vLLM listens: loopback behind the host's own gateway; the host's private
+    # address behind a fleet router (which, with a firewall and the key, alone reaches it).
+    address: str = "127.0.0.1"
     secrets_digest: str = ""
 
     @classmethod
@@ -61,6 +65,14 @@ class Settings:
             known = ", ".join(cls.__dataclass_fields__)
             raise UserError(
                 f"--deployment-json: {err}; give a JSON object with some of: {known}"
+            ) from None
+        try:
+            ipaddress.ip_address(settings.address)
+        except ValueError:
+            raise UserError(
+                f"--deployment-json: address {settings.address!r} is not an IP address; give "
+                "127.0.0.1 (behind the host's gateway) or the host's private address (behind "
+                "a router)"
             ) from None
         if settings.supervisor not in SUPERVISORS:
             raise UserError(
@@ -82,6 +94,7 @@ class Settings:
 @dataclass(frozen=True)
 class Container:
     name: str
+    address: str
     port: int
     image: str
     served_model_name: str
@@ -108,12 +121,18 @@ class Container:
         return "".join(f"{key}={value}\n" for key, value in sorted(self.env.items()))
 
     @property
+    def url(self) -> str:
+        """Where a router or a scraper reaches it."""
+        host = f"[{self.address}]" if ":" in self.address else self.address
+        return f"http://{host}:{self.port}"
+
+    @property
     def files(self) -> list[str]:
         """Every file a deployment writes for this instance (and refuses to take over)."""
         return [self.env_file, self.run_script, self.unit_file]
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "run_args": self.run_args, "files": self.files}
+        return {**asdict(self), "run_args": self.run_args, "files": self.files, "url": self.url}
 
 
 def placement(instance) -> list[str]:
@@ -157,7 +176,7 @@ def container_of(instance, settings: Settings) -> Container:
     command = [
         f"--model={settings.container_model_dir}",
         f"--served-model-name={served}",
-        "--host=127.0.0.1",
+        f"--host={settings.address}",
         f"--port={instance.port}",
         *([f"--max-model-len={settings.max_model_len}"] if settings.max_model_len else []),
         *settings.serve_args,
@@ -168,6 +187,7 @@ def container_of(instance, settings: Settings) -> Container:
     config_hash = hashlib.sha1(json.dumps(shape).encode()).hexdigest()
     return Container(
         name=name,
+        address=settings.address,
         port=instance.port,
         image=settings.image,
         served_model_name=served,
