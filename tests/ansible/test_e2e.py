@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import json
-import shutil
 import signal
 import socket
 import ssl
@@ -22,9 +21,9 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from conftest import REPO, require
+from conftest import require
 from support import engine, gateway
-from support.ansible_run import ANSIBLE_DIR, BIN, changed_tasks, playbook
+from support.ansible_run import ANSIBLE_DIR, BIN, changed_tasks, planner_snapshot, playbook
 from support.ansible_run import env as ansible_env
 from support.tiny_model import ensure_tiny_model
 
@@ -79,10 +78,7 @@ def deployment(tmp_path_factory):
     if engine.docker("image", "inspect", IMAGE, check=False).returncode != 0:
         engine.build("vllm-openai", tmp_path_factory.mktemp("build") / "build.log")
     base = tmp_path_factory.mktemp("e2e")
-    planner = base / "planner"  # a snapshot: edits elsewhere must not change the runs
-    shutil.copytree(
-        REPO / "scripts" / "zenvllm", planner, ignore=shutil.ignore_patterns("__pycache__")
-    )
+    planner = planner_snapshot(base)
     variables = {
         "zenvllm_docker_host": engine.engine_env()["DOCKER_HOST"],
         "zenvllm_image": IMAGE,

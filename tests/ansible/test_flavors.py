@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import stat
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import FIXTURES, REPO
-from support.ansible_run import playbook
+from support.ansible_run import planner_snapshot, playbook
 
 pytestmark = pytest.mark.ansible
 
@@ -114,10 +113,7 @@ def instance_paths(root: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory):
     base = tmp_path_factory.mktemp("flavors")
-    planner_copy = base / "planner"  # a snapshot: edits elsewhere must not change the run
-    shutil.copytree(
-        REPO / "scripts" / "zenvllm", planner_copy, ignore=shutil.ignore_patterns("__pycache__")
-    )
+    planner_copy = planner_snapshot(base)
     hosts = {}
     for name, (inputs, size, count, _) in FLAVORS.items():
         dest = base / name

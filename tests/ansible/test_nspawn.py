@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -23,7 +22,7 @@ import pytest
 import yaml
 from conftest import REPO, require, require_tool
 from support import engine
-from support.ansible_run import ANSIBLE_DIR, changed_tasks, env, playbook
+from support.ansible_run import ANSIBLE_DIR, changed_tasks, env, planner_snapshot, playbook
 from support.gateway import SECRETS
 from support.tiny_model import ensure_tiny_model
 
@@ -65,10 +64,7 @@ def hosts(tmp_path_factory):
 
     work = tmp_path_factory.mktemp("nspawn")
     archive = standin_archive(work)
-    planner = work / "planner"
-    shutil.copytree(
-        REPO / "scripts" / "zenvllm", planner, ignore=shutil.ignore_patterns("__pycache__")
-    )
+    planner = planner_snapshot(work)
     with fleet(NAMES, work) as machines:
         inventory = work / "inventory.yml"
         inventory.write_text(

@@ -32,7 +32,7 @@ import pytest
 import yaml
 from conftest import REPO, require, require_tool
 from support import engine, gateway
-from support.ansible_run import ANSIBLE_DIR, playbook
+from support.ansible_run import ANSIBLE_DIR, planner_snapshot, playbook
 from support.load import BackgroundLoad
 from support.tiny_model import ensure_tiny_model
 from support.wheels import router_wheelhouse
@@ -180,10 +180,7 @@ def fleet(tmp_path_factory):
 
     work = tmp_path_factory.mktemp("fleet")
     archive = save_image(work)
-    planner = work / "planner"
-    shutil.copytree(
-        REPO / "scripts" / "zenvllm", planner, ignore=shutil.ignore_patterns("__pycache__")
-    )
+    planner = planner_snapshot(work)
     here = f"{SUBNET}.1"
     remove_here()
     with nspawn_fleet([ROUTER_HOST], work) as machines:

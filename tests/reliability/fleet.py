@@ -20,6 +20,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from support.ansible_run import planner_snapshot
+
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE = REPO / "ansible"
 DOCKER_HOST = os.environ.get("DOCKER_HOST", "unix:///run/zenvllm/docker.sock")
@@ -129,12 +131,7 @@ class Fleet:
     ) -> subprocess.CompletedProcess:
         """Run deploy.yml with these variables; output captured (stdout and stderr together)."""
         self.root.mkdir(parents=True, exist_ok=True)
-        if not (self.root / "planner").exists():
-            shutil.copytree(
-                REPO / "scripts" / "zenvllm",
-                self.root / "planner",
-                ignore=shutil.ignore_patterns("__pycache__"),
-            )
+        planner_snapshot(self.root)
         vars_file = self.root / "vars.json"
         fd = os.open(vars_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as out:

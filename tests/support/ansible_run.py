@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -17,6 +18,18 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE_DIR = REPO / "ansible"
 BIN = Path(sys.executable).parent
+
+
+def planner_snapshot(where: Path) -> Path:
+    """A copy of the zenvllm package for zenvllm_instances_planner_src, at where/planner:
+    edits to the checkout during a run do not change what the hosts run."""
+    snapshot = where / "planner"
+    if not snapshot.exists():
+        shutil.copytree(
+            REPO / "scripts" / "zenvllm", snapshot, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    return snapshot
+
 
 RECAP = re.compile(
     r"^(?P<host>\S+)\s+:\s+ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+unreachable=(?P<unreachable>\d+)"
