@@ -125,6 +125,19 @@ class Fleet:
             return engine.docker(*ps[1:]).stdout.split()
         return self.ssh(" ".join(ps)).stdout.split()
 
+    def health_states(self) -> set[str]:
+        """The engine's HEALTHCHECK status of every instance container, on both hosts."""
+        inspect = "docker inspect --format '{{.State.Health.Status}}' "
+        states = set()
+        for where in (ROUTER_HOST, "here"):
+            names = self.containers(where)
+            if where == "here":
+                out = engine.docker("inspect", "--format", "{{.State.Health.Status}}", *names)
+            else:
+                out = self.ssh(inspect + " ".join(names))
+            states |= set(out.stdout.split())
+        return states
+
     def health(self) -> dict[str, bool]:
         """Each instance URL and whether the router counts it healthy."""
         found = {}
@@ -302,6 +315,11 @@ def test_only_the_router_reaches_the_instances(fleet):
     ), rules
     listening = fleet.ssh("ss -Hltn").stdout
     assert f"{fleet.router_address}:{PORT} " in listening and f"127.0.0.1:{PORT} " not in listening
+    # The image's own HEALTHCHECK finds vLLM there too (it probes where vLLM listens).
+    deadline = time.monotonic() + 90
+    while (states := fleet.health_states()) != {"healthy"}:
+        assert time.monotonic() < deadline, states
+        time.sleep(3)
 
 
 def test_the_openai_client_through_the_router(fleet):

@@ -1,4 +1,4 @@
-"""The image's HEALTHCHECK: GET /health on the port the launcher gave vLLM. Stdlib only."""
+"""The image's HEALTHCHECK: GET /health where the launcher told vLLM to listen. Stdlib only."""
 
 from __future__ import annotations
 
@@ -7,20 +7,25 @@ import sys
 import urllib.request
 from pathlib import Path
 
-PORT_FILE = Path("/tmp/zenvllm.port")  # the launcher records the port it gave vLLM
+# The launcher records "HOST PORT" it gave vLLM: behind a router an instance listens
+# on the host's private address only, where 127.0.0.1 would find nothing.
+LISTEN_FILE = Path("/tmp/zenvllm.listen")
+WILDCARDS = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1", "[::]": "::1"}
 
 
-def port() -> str:
+def listen() -> tuple[str, str]:
+    """(host, port) to probe: the recorded ones, else loopback and ZENVLLM_PORT (or 8000)."""
     try:
-        recorded = PORT_FILE.read_text().strip()
-    except OSError:
-        recorded = ""
-    return recorded or os.environ.get("ZENVLLM_PORT", "8000")
+        host, port = LISTEN_FILE.read_text().split()
+    except (OSError, ValueError):
+        host, port = "", os.environ.get("ZENVLLM_PORT", "8000")
+    return WILDCARDS.get(host, host), port
 
 
-def probe(port: int | str, timeout: float = 3) -> str | None:
-    """None when vLLM on 127.0.0.1:port answers /health with 200; else why not."""
-    url = f"http://127.0.0.1:{port}/health"
+def probe(port: int | str, timeout: float = 3, host: str = "127.0.0.1") -> str | None:
+    """None when vLLM on host:port answers /health with 200; else why not."""
+    where = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    url = f"http://{where}:{port}/health"
     try:
         with urllib.request.urlopen(url, timeout=timeout) as reply:
             return None if reply.status == 200 else f"{url}: HTTP {reply.status}"
@@ -33,7 +38,8 @@ def healthy(port: int | str, timeout: float = 3) -> bool:
 
 
 def main() -> int:
-    problem = probe(port(), timeout=4)
+    host, port = listen()
+    problem = probe(port, timeout=4, host=host)
     if problem:
         print(f"health: {problem}", file=sys.stderr)
         return 1

@@ -33,7 +33,7 @@ from zenvllm.core.accelerators import (
 from zenvllm.core.errors import UserError
 from zenvllm.core.host import Host
 from zenvllm.core.topology import format_cpu_list, parse_cpu_list
-from zenvllm.runtime.health import PORT_FILE
+from zenvllm.runtime.health import LISTEN_FILE
 
 MANIFEST = Path("/etc/zenvllm/image.json")
 PREFIX = "zenvllm-launch:"
@@ -217,6 +217,12 @@ def port_taken(host: str, port: int) -> bool:
     return False
 
 
+def listen_record(command: list[str]) -> str:
+    """What the HEALTHCHECK reads: "HOST PORT" of `vllm serve MODEL ...` (vLLM's defaults)."""
+    serve = ServeArgs(command[2], command[3:])
+    return f"{serve.option('--host') or '0.0.0.0'} {serve.option('--port') or '8000'}"
+
+
 def check_port(command: list[str]) -> None:
     serve = ServeArgs(command[2], command[3:])
     port, bind = serve.option("--port"), serve.option("--host") or "0.0.0.0"
@@ -335,8 +341,8 @@ def main(argv: list[str] | None = None) -> int:
     if env.get("ZENVLLM_DRY_RUN", "") not in ("", "0"):
         log("dry run (ZENVLLM_DRY_RUN): would exec " + " ".join(command))
         return 0
-    with contextlib.suppress(OSError, ValueError):
-        PORT_FILE.write_text(command[command.index("--port") + 1] if "--port" in command else "")
+    with contextlib.suppress(OSError):
+        LISTEN_FILE.write_text(listen_record(command))
     log("exec " + " ".join(command))
     os.execvpe(command[0], command, env)
     return 0  # not reached
