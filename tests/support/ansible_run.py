@@ -73,9 +73,13 @@ def playbook(
     extra_vars: dict | None = None,
     playbook_file: str = "deploy.yml",
     timeout: int = 1800,
+    cpus: str = "",
 ) -> Run:
-    """ansible-playbook from ansible/, extra vars passed as JSON (types kept)."""
+    """ansible-playbook from ansible/, extra vars passed as JSON (types kept); with cpus
+    (a CPU list), confined to those CPUs, so the planner on localhost sees only them."""
     argv = [str(BIN / "ansible-playbook"), playbook_file, *args]
+    if cpus:
+        argv = ["taskset", "--cpu-list", cpus, *argv]
     if extra_vars:
         argv += ["-e", json.dumps(extra_vars)]
     proc = subprocess.run(

@@ -201,7 +201,7 @@ def prepare_overlay(name: str, address: str, lower: Path, work: Path, pubkey: st
     return root
 
 
-def boot(name: str, root: Path, docker_dir: Path, log: Path) -> int:
+def boot(name: str, root: Path, docker_dir: Path, log: Path, cpus: str = "") -> int:
     env = {**os.environ, "SYSTEMD_NSPAWN_UNIFIED_HIERARCHY": "1"}
     with log.open("w") as out:
         proc = subprocess.Popen(
@@ -214,6 +214,7 @@ def boot(name: str, root: Path, docker_dir: Path, log: Path) -> int:
                 *NSPAWN_FLAGS,
                 f"--network-bridge={BRIDGE}",
                 f"--bind={docker_dir}:/var/lib/docker",
+                *([f"--cpu-affinity={cpus}"] if cpus else []),
                 "--boot",
             ],
             stdin=subprocess.DEVNULL,
@@ -249,8 +250,14 @@ def stop(machine: Machine) -> None:
 
 
 @contextlib.contextmanager
-def fleet(names: list[str], work: Path) -> Iterator[list[Machine]]:
-    """Boot one machine per name on a private bridge; tear everything down after."""
+def fleet(
+    names: list[str], work: Path, cpus: dict[str, str] | None = None
+) -> Iterator[list[Machine]]:
+    """Boot one machine per name on a private bridge; tear everything down after.
+
+    cpus gives a machine its own CPUs (a CPU list, e.g. "0"), as a real host has:
+    everything in it, the planner included, sees only those.
+    """
     lower = ensure_rootfs()
     key = work / "id_ed25519"
     if not key.exists():
@@ -262,7 +269,9 @@ def fleet(names: list[str], work: Path) -> Iterator[list[Machine]]:
         for index, name in enumerate(names):
             address = f"{SUBNET}.{11 + index}"
             root = prepare_overlay(name, address, lower, work, pubkey)
-            pid = boot(name, root, work / name / "docker", work / f"{name}.log")
+            pid = boot(
+                name, root, work / name / "docker", work / f"{name}.log", (cpus or {}).get(name, "")
+            )
             machines.append(Machine(name, address, root, key, pid))
         for machine in machines:
             wait_ssh(machine.address)
