@@ -1,0 +1,105 @@
+"""The router and monitoring roles take over and remove only what they made.
+
+Their paths are variables (an operator may point them anywhere), so `absent`
+removes a directory only with the role's marker in it and a file only with the
+role's header, and the router refuses to install into a directory it did not
+make. Run against this machine, on paths under the test's own directory.
+"""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from support.ansible_run import playbook
+
+pytestmark = pytest.mark.ansible
+
+
+def run_tasks(tmp_path, tasks: list[tuple[str, str]], variables: dict):
+    play = [
+        {
+            "name": "Run role entry points on this machine",
+            "hosts": "localhost",
+            "connection": "local",
+            "gather_facts": True,
+            "gather_subset": ["!all", "min"],
+            "tasks": [
+                {
+                    "name": f"{role} {entry}",
+                    "ansible.builtin.include_role": {"name": role, "tasks_from": entry},
+                }
+                for role, entry in tasks
+            ],
+        }
+    ]
+    path = tmp_path / "play.yml"
+    path.write_text(yaml.safe_dump(play))
+    return playbook(playbook_file=str(path), extra_vars=variables)
+
+
+@pytest.fixture
+def layout(tmp_path):
+    """Paths of both roles under tmp_path, as the variables that point at them."""
+    paths = {
+        "venv": tmp_path / "router",
+        "units": tmp_path / "units",
+        "rules": tmp_path / "zenvllm.rules.yml",
+        "dashboards": tmp_path / "grafana",
+    }
+    variables = {
+        "zenvllm_router_venv": str(paths["venv"]),
+        "zenvllm_router_unit_dir": str(paths["units"]),
+        "zenvllm_router_name": "fleet-router",
+        "zenvllm_monitoring_rules_path": str(paths["rules"]),
+        "zenvllm_monitoring_dashboard_dir": str(paths["dashboards"]),
+    }
+    for directory in ("venv", "units", "dashboards"):
+        paths[directory].mkdir()
+    return paths, variables
+
+
+def test_absent_keeps_what_the_roles_did_not_make(tmp_path, layout):
+    paths, variables = layout
+    foreign = {
+        paths["venv"] / "bin-python": "an operator's venv\n",
+        paths["units"] / "fleet-router.service": "[Service]\nExecStart=/bin/true\n",
+        paths["rules"]: "groups: []\n",
+        paths["dashboards"] / "zenvllm-fleet.json": '{"uid": "theirs"}\n',
+        paths["dashboards"] / "other.json": "{}\n",
+    }
+    for path, text in foreign.items():
+        path.write_text(text)
+    run = run_tasks(
+        tmp_path, [("zenvllm_router", "absent"), ("zenvllm_monitoring", "absent")], variables
+    )
+    assert run.rc == 0, run.output[-3000:]
+    assert {path: path.read_text() for path in foreign} == foreign
+
+
+def test_absent_removes_what_the_roles_made(tmp_path, layout):
+    paths, variables = layout
+    (paths["venv"] / ".zenvllm-router").write_text("Made by zenvllm\n")
+    (paths["units"] / "fleet-router.service").write_text(
+        "# Ansible managed\n# vLLM's router in front of every zenvllm instance of the fleet.\n"
+    )
+    paths["rules"].write_text("# Ansible managed\n# zenvllm monitoring: rules\ngroups: []\n")
+    (paths["dashboards"] / ".zenvllm-monitoring").write_text("Made by zenvllm\n")
+    (paths["dashboards"] / "zenvllm-fleet.json").write_text('{\n  "uid": "zenvllm-fleet"\n}\n')
+    run = run_tasks(
+        tmp_path, [("zenvllm_router", "absent"), ("zenvllm_monitoring", "absent")], variables
+    )
+    assert run.rc == 0, run.output[-3000:]
+    assert not paths["venv"].exists() and not paths["rules"].exists()
+    assert not paths["dashboards"].exists()
+    assert list(paths["units"].iterdir()) == []
+
+
+def test_the_router_refuses_a_venv_it_did_not_make(tmp_path, layout):
+    paths, variables = layout
+    (paths["venv"] / "keep").write_text("an operator's file\n")
+    run = run_tasks(tmp_path, [("zenvllm_router", "install")], variables)
+    assert run.rc != 0
+    assert f"{paths['venv']} or {paths['venv']}-wheels exists" in run.output
+    assert "without zenvllm's marker" in run.output
+    assert (paths["venv"] / "keep").read_text() == "an operator's file\n"
+    assert sorted(p.name for p in paths["venv"].iterdir()) == ["keep"]
