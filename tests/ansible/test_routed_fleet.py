@@ -411,10 +411,12 @@ def test_a_rolling_update_across_hosts_fails_nothing(fleet):
     # Steady but not saturating: while one host restarts, the other (one core here)
     # serves everything, and Ansible, the engine and the load share the machine too.
     load = fleet.load(100_000, concurrency=2, pause=0.5)
-    load.wait_for(20)
-    run = fleet.deploy(zenvllm_serial=1, zenvllm_instances_extra_env={"ZENVLLM_ROLLOUT": "2"})
-    sent_during = load.progress.sent
-    load.stop()
+    try:  # stopped however the deploy ends: its threads would hold pytest's exit
+        load.wait_for(20)
+        run = fleet.deploy(zenvllm_serial=1, zenvllm_instances_extra_env={"ZENVLLM_ROLLOUT": "2"})
+        sent_during = load.progress.sent
+    finally:
+        load.stop()
     result = load.join()
     print(f"rolling update: {result.summary()}")
     assert run.rc == 0 and run.failed() == 0, run.output[-6000:]
