@@ -7,8 +7,11 @@ BIN     := $(VENV)/bin
 TARGET  ?= vllm-openai
 # Expensive things kept across runs (base image tarball, wheels, tiny model).
 export ZENVLLM_CACHE ?= /var/cache/zenvllm
-# The engine scripts/engine.sh starts when none answers; set DOCKER_HOST to use yours.
-export DOCKER_HOST ?= unix:///run/zenvllm/docker.sock
+# The host's engine (its default socket) where systemd is PID 1; elsewhere the private
+# dockerd scripts/engine.sh starts (hostengine.py decides). Set DOCKER_HOST to use yours.
+ifndef DOCKER_HOST
+export DOCKER_HOST := $(shell $(PYTHON) scripts/zenvllm/runtime/hostengine.py socket)
+endif
 # Wheels (torch +cpu) and CA certificates for image builds, when this machine has them.
 export ZENVLLM_WHEELHOUSE ?= $(wildcard /opt/wheels)
 export ZENVLLM_EXTRA_CA_CERTS ?= $(wildcard /usr/local/share/ca-certificates)
@@ -50,6 +53,8 @@ engine:
 
 # Debian base image made with debootstrap (cached tarball; skipped when tagged).
 base-image: venv engine
+	@command -v debootstrap >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	  apt-get install -y -qq --no-install-recommends debootstrap >/dev/null; }
 	$(BIN)/python -m zenvllm.image.baseimage
 
 tiny-model: venv

@@ -1,6 +1,13 @@
-"""deploy.yml against two real systemd hosts (systemd-nspawn, systemd as PID 1)
+"""deploy.yml against real systemd hosts (systemd-nspawn, systemd as PID 1)
 reached over ssh on a private bridge: check mode, deploy, idempotence, then
 testinfra on what the hosts ended up with.
+
+The hosts are the operator's, as found: nspawn-a is fresh (zenvllm installs
+Debian's engine), nspawn-b already runs its operator's own Debian docker.io and
+a container of theirs (zenvllm uses that engine and never touches the container
+or its image), and nspawn-c has Docker's docker-ce (a stand-in package: apt's
+view is what matters, and Docker's packages cannot be fetched here), where the
+play must refuse before changing anything.
 
 The hosts run the real roles end to end: apt (from a local repository inside
 the rootfs: the hosts have no network), the engine from Debian's docker.io,
@@ -15,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -29,6 +37,13 @@ from support.tiny_model import ensure_tiny_model
 pytestmark = pytest.mark.ansible
 
 NAMES = ["nspawn-a", "nspawn-b"]
+FRESH, OPERATOR, DOCKER_CE = "nspawn-a", "nspawn-b", "nspawn-c"
+THEIRS = "theirs-web"  # the operator's own container on OPERATOR, and its image
+THEIR_IMAGE = "theirs/web:1"
+# The host has no curl before zenvllm installs it; python3 it has.
+THEIRS_ANSWER = (
+    "python3 -c \"import urllib.request as u; u.urlopen('http://127.0.0.1:9090/health')\""
+)
 STANDIN = "zenvllm/standin:test"
 STANDIN_DIR = REPO / "tests" / "support" / "standin"
 SECRET = "nspawn-api-key-3f9a"
@@ -54,6 +69,53 @@ def standin_archive(work) -> str:
     return str(archive)
 
 
+def ssh(machine, command: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["ssh", *SSH_ARGS.split(), "-i", str(machine.key), f"root@{machine.address}", command],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=check,
+    )
+
+
+def operators_own_engine(machine, archive: str) -> None:
+    """What the operator had before zenvllm: Debian's docker.io, installed and started by
+    apt, and a web container of theirs from an image of theirs."""
+    ssh(
+        machine,
+        "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io",
+    )
+    shutil.copy(archive, machine.root / "root/theirs.tar")
+    ssh(
+        machine,
+        f"docker load -qi /root/theirs.tar && rm /root/theirs.tar && docker tag {STANDIN} "
+        f"{THEIR_IMAGE} && docker rmi {STANDIN} && docker run -d --name {THEIRS} --network host "
+        f"--restart unless-stopped {THEIR_IMAGE} --host 127.0.0.1 --port 9090",
+    )
+    ssh(
+        machine,
+        f"for i in $(seq 30); do {THEIRS_ANSWER} 2>/dev/null && exit; sleep 1; done; exit 1",
+    )
+
+
+def theirs(host) -> dict:
+    """The operator's container as the engine sees it, and their image."""
+    fmt = "{{.Id}} {{.State.StartedAt}} {{.State.Running}} {{.Image}}"
+    cid, started, running, image = host.check_output(
+        f"docker inspect --format '{fmt}' {THEIRS}"
+    ).split()
+    return {
+        "id": cid,
+        "started": started,
+        "running": running,
+        "image": image,
+        "tagged": host.check_output(f"docker image inspect --format '{{{{.Id}}}}' {THEIR_IMAGE}"),
+        "answers": host.run(THEIRS_ANSWER).rc == 0,
+        "engine": host.package("docker.io").version,
+    }
+
+
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory):
     require(os.geteuid() == 0, "nspawn hosts need root")
@@ -65,22 +127,34 @@ def hosts(tmp_path_factory):
     work = tmp_path_factory.mktemp("nspawn")
     archive = standin_archive(work)
     planner = planner_snapshot(work)
-    with fleet(NAMES, work) as machines:
+    with fleet([*NAMES, DOCKER_CE], work) as machines:
         inventory = work / "inventory.yml"
+        access = {
+            "ansible_user": "root",
+            "ansible_ssh_private_key_file": str(machines[0].key),
+            "ansible_ssh_common_args": SSH_ARGS,
+        }
         inventory.write_text(
             yaml.safe_dump(
                 {
                     "zenvllm": {
-                        "hosts": {m.name: {"ansible_host": m.address} for m in machines},
-                        "vars": {
-                            "ansible_user": "root",
-                            "ansible_ssh_private_key_file": str(machines[0].key),
-                            "ansible_ssh_common_args": SSH_ARGS,
-                        },
+                        "hosts": {m.name: {"ansible_host": m.address} for m in machines[:2]},
+                        "vars": access,
                     }
                 }
             )
         )
+        (work / "docker-ce.yml").write_text(
+            yaml.safe_dump(
+                {
+                    "zenvllm": {
+                        "hosts": {DOCKER_CE: {"ansible_host": machines[2].address}},
+                        "vars": access,
+                    }
+                }
+            )
+        )
+        operators_own_engine(machines[1], archive)
         variables = {
             "zenvllm_image": STANDIN,
             "zenvllm_image_source": "archive",
@@ -115,13 +189,23 @@ def infra(inventory, name):
     return testinfra.get_host(f"ansible://{name}?ansible_inventory={inventory}")
 
 
-def test_check_mode_on_fresh_hosts_changes_nothing(hosts):
+@pytest.fixture(scope="module")
+def theirs_before(hosts):
+    """The operator's container before zenvllm first comes near the host."""
+    _, inventory, _ = hosts
+    before = theirs(infra(inventory, OPERATOR))
+    assert before["running"] == "true" and before["answers"], before
+    return before
+
+
+def test_check_mode_on_fresh_hosts_changes_nothing(hosts, theirs_before):
     _, inventory, variables = hosts
     run = deploy(inventory, variables, "--check", "--diff")
     assert run.rc == 0 and run.failed() == 0, run.output[-5000:]
+    assert not infra(inventory, FRESH).package("docker.io").is_installed
+    assert theirs(infra(inventory, OPERATOR)) == theirs_before
     for name in NAMES:
         host = infra(inventory, name)
-        assert not host.package("docker.io").is_installed
         assert not host.file("/etc/zenvllm").exists
         assert not host.file("/etc/systemd/system/zenvllm-0.service").exists
         assert not host.file("/opt/zenvllm").exists
@@ -136,6 +220,21 @@ def test_deploy_then_second_run_changes_nothing(hosts):
     assert again.rc == 0 and again.changed() == 0, changed_tasks(again.output)
     check = deploy(inventory, variables, "--check", "--diff")
     assert check.rc == 0 and check.changed() == 0, changed_tasks(check.output)
+
+
+def test_the_engine_is_the_hosts_own_and_installed_only_where_there_was_none(hosts, theirs_before):
+    _, inventory, _ = hosts
+    record = "/var/lib/zenvllm/installed-packages/docker.io"
+    fresh = infra(inventory, FRESH)
+    assert fresh.package("docker.io").is_installed and fresh.service("docker").is_enabled
+    assert fresh.file(record).content_string.startswith("Installed by zenvllm")
+    operator = infra(inventory, OPERATOR)
+    assert not operator.file(record).exists  # theirs: zenvllm never starts or enables it
+    assert theirs(operator) == theirs_before
+    # The instances run on that engine, and restart with its unit.
+    unit = operator.file("/etc/systemd/system/zenvllm-0.service").content_string
+    assert "Requires=docker.service" in unit and "DOCKER_HOST" not in unit
+    assert operator.run("docker inspect zenvllm-0").rc == 0
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -230,6 +329,57 @@ def test_a_crashed_instance_comes_back_under_systemd(hosts):
     assert host.run("curl -sf http://127.0.0.1:8001/health").rc == 0
 
 
+def test_a_rolling_update_replaces_only_zenvllms_containers(hosts, theirs_before):
+    _, inventory, variables = hosts
+    ids = "docker ps -q --no-trunc --filter label=zenvllm.managed"
+    before = {n: set(infra(inventory, n).check_output(ids).split()) for n in NAMES}
+    run = deploy(
+        inventory, {**variables, "zenvllm_serial": 1, "zenvllm_instances_extra_env": {"R": "2"}}
+    )
+    assert run.rc == 0 and run.failed() == 0, run.output[-6000:]
+    for name in NAMES:
+        after = set(infra(inventory, name).check_output(ids).split())
+        assert after and after.isdisjoint(before[name]), name
+    assert theirs(infra(inventory, OPERATOR)) == theirs_before
+
+
+def test_a_host_with_dockers_docker_ce_is_refused_before_any_change(hosts, tmp_path):
+    """apt sees docker-ce installed (a stand-in package, made with dpkg-deb as equivs
+    would): whether zenvllm would use it or install Debian's engine beside it, the play
+    stops before its first change, naming docker-ce and the variable to set."""
+    machines, inventory, variables = hosts
+    machine = machines[2]
+    package = tmp_path / "docker-ce"
+    (package / "DEBIAN").mkdir(parents=True)
+    (package / "DEBIAN/control").write_text(
+        "Package: docker-ce\nVersion: 5:27.3.1-1~debian.12~bookworm\nArchitecture: amd64\n"
+        "Maintainer: zenvllm tests <tests@invalid>\nDescription: stand-in for Docker's engine\n"
+    )
+    subprocess.run(
+        ["dpkg-deb", "--build", str(package), str(machine.root / "root/docker-ce.deb")],
+        check=True,
+        capture_output=True,
+    )
+    ssh(machine, "dpkg -i /root/docker-ce.deb && touch /root/before-zenvllm && sleep 1")
+    changed = (
+        "find /etc /opt /srv /usr /var/lib/dpkg /var/lib/apt /var/lib/zenvllm -xdev "
+        "-newer /root/before-zenvllm 2>/dev/null; dpkg-query -W | md5sum"
+    )
+    state = ssh(machine, changed).stdout
+    cases = {
+        "auto": "docker-ce is installed but no engine answers on the default socket",
+        "distribution": "docker-ce is installed and conflicts with docker.io (it declares "
+        "Conflicts: docker-ce)",
+    }
+    for mode, reason in cases.items():
+        run = deploy(inventory.parent / "docker-ce.yml", {**variables, "zenvllm_host_engine": mode})
+        assert run.rc != 0 and run.recap[DOCKER_CE]["changed"] == 0, run.output[-4000:]
+        message = " ".join(run.output.split())
+        assert reason in message, message[-3000:]
+        assert "zenvllm_docker_host" in message or "zenvllm_host_engine=external" in message
+        assert ssh(machine, changed).stdout == state, mode  # not a file, not a package
+
+
 def test_host_settings_zenvllm_did_not_write_are_refused_untouched(hosts):
     _, inventory, variables = hosts
     host = infra(inventory, NAMES[0])
@@ -277,3 +427,10 @@ def test_undeploy_removes_what_deploy_made_and_again_changes_nothing(hosts):
     assert again.rc == 0 and again.changed() == 0, changed_tasks(again.output)
     check = deploy(inventory, absent, "--check")
     assert check.rc == 0 and check.changed() == 0, changed_tasks(check.output)
+
+
+def test_undeploy_left_the_operators_engine_container_and_image(hosts, theirs_before):
+    _, inventory, _ = hosts
+    host = infra(inventory, OPERATOR)
+    assert theirs(host) == theirs_before
+    assert host.service("docker").is_enabled and host.service("docker").is_running

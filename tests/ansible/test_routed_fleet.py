@@ -35,7 +35,7 @@ import pytest
 import yaml
 from conftest import REPO, require, require_tool
 from support import engine, gateway
-from support.ansible_run import ANSIBLE_DIR, planner_snapshot, playbook
+from support.ansible_run import ANSIBLE_DIR, changed_tasks, planner_snapshot, playbook
 from support.load import BackgroundLoad
 from support.tiny_model import ensure_tiny_model
 from support.wheels import router_wheelhouse
@@ -49,6 +49,7 @@ GATEWAY_PORT = 8443
 SECRET = "fleet-worker-key-7c41"
 ROUTER_HOST = "fleet-a"
 SSH_ARGS = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
+ROLLOUT_ENV = {"ZENVLLM_ROLLOUT": "2"}  # what the rolling update changes, and keeps
 EXACT = {"ignore_eos": True}  # the random tiny model may end early otherwise
 DASHBOARD = ANSIBLE_DIR / "roles/zenvllm_monitoring/files/zenvllm-fleet.json"
 
@@ -134,6 +135,32 @@ class Fleet:
         if where == "here":
             return engine.docker(*ps[1:]).stdout.split()
         return self.ssh(" ".join(ps)).stdout.split()
+
+    def started(self, where: str) -> dict[str, str]:
+        """Each instance container of one host and when it started."""
+        names = self.containers(where)
+        fmt = ["--format", "{{.Id}} {{.State.StartedAt}}"]
+        if not names:
+            return {}
+        if where == "here":
+            out = engine.docker("inspect", *fmt, *names).stdout
+        else:
+            out = self.ssh(f"docker inspect --format '{fmt[1]}' " + " ".join(names)).stdout
+        return dict(line.split() for line in out.splitlines())
+
+    def completion(self, timeout: float = 30) -> int:
+        """One completion through the gateway: the HTTP status (0: no connection)."""
+        try:
+            status, _, _ = gateway.request(
+                f"{self.url}/v1/completions",
+                DEPLOYMENT,
+                {"model": "tiny-llama", "prompt": "back", "max_tokens": 2, **EXACT},
+                host=ROUTER_HOST,
+                timeout=timeout,
+            )
+        except OSError:
+            return 0
+        return status
 
     def health_states(self) -> set[str]:
         """The engine's HEALTHCHECK status of every instance container, on both hosts."""
@@ -389,6 +416,8 @@ def test_killing_every_instance_of_one_host_under_load_fails_nothing(fleet, wher
     load.wait_for(40)
     victims = fleet.containers(where)
     assert victims
+    other = "here" if where == ROUTER_HOST else ROUTER_HOST
+    neighbours = fleet.started(other)
     # A crash, not an operator's stop: SIGKILL each container's main process (the
     # engine's restart policy, or systemd, brings it back; `docker kill` would not).
     pids = "$(docker inspect --format '{{.State.Pid}}' " + " ".join(victims) + ")"
@@ -400,6 +429,7 @@ def test_killing_every_instance_of_one_host_under_load_fails_nothing(fleet, wher
     result = load.join()
     print(f"kill {where}: {result.summary()}")
     assert result.failed == 0 and result.ok == 240, fleet.router_state(result.summary())
+    assert fleet.started(other) == neighbours  # the other host's instances never restarted
     # Its supervisor brings it back; the router must have seen it go and come back.
     victim = [f"http://{fleet.here if where == 'here' else fleet.router_address}:{PORT}"]
     fleet.wait_router(False, victim, timeout=60)
@@ -413,7 +443,7 @@ def test_a_rolling_update_across_hosts_fails_nothing(fleet):
     load = fleet.load(100_000, concurrency=2, pause=0.5)
     try:  # stopped however the deploy ends: its threads would hold pytest's exit
         load.wait_for(20)
-        run = fleet.deploy(zenvllm_serial=1, zenvllm_instances_extra_env={"ZENVLLM_ROLLOUT": "2"})
+        run = fleet.deploy(zenvllm_serial=1, zenvllm_instances_extra_env=ROLLOUT_ENV)
         sent_during = load.progress.sent
     finally:
         load.stop()
@@ -423,6 +453,51 @@ def test_a_rolling_update_across_hosts_fails_nothing(fleet):
     assert result.failed == 0 and sent_during > 40, result.summary()
     for where, old in before.items():
         assert set(fleet.containers(where)).isdisjoint(old), where  # replaced on both hosts
+
+
+def test_the_router_host_serves_again_by_itself_after_a_reboot(fleet):
+    """fleet-a (its vLLM instance, the gateway, the router, Prometheus and the firewall)
+    rebooted as an operator would: all of it comes back with no one acting, and the same
+    play run again changes nothing."""
+    from support.nspawn import reboot
+
+    fleet.wait_router_healthy()
+    start = time.monotonic()
+    ssh_back = reboot(fleet.machine)
+    while (status := fleet.completion()) != 200:
+        assert time.monotonic() - start < 600, f"no completion 600 s after the reboot: {status}"
+        time.sleep(2)
+    served = time.monotonic() - start
+    fleet.wait_router_healthy()  # fleet-a's own instance too, not only this machine's
+    whole = time.monotonic() - start
+    print(
+        f"reboot of {ROUTER_HOST}: ssh after {ssh_back:.0f} s, completions through the "
+        f"gateway after {served:.0f} s, its own instance back in the router after {whole:.0f} s"
+    )
+    units = [f"{DEPLOYMENT}-0", f"{DEPLOYMENT}-router", f"{DEPLOYMENT}-firewall", "nginx"]
+    active = fleet.ssh("systemctl is-active docker prometheus " + " ".join(units), check=False)
+    assert set(active.stdout.split()) == {"active"}, active.stdout
+    with pytest.raises(OSError):  # the firewall is back: only the router reaches vLLM
+        socket.create_connection((fleet.router_address, PORT), timeout=3).close()
+    again = fleet.deploy(zenvllm_instances_extra_env=ROLLOUT_ENV)
+    assert again.rc == 0 and again.changed() == 0, changed_tasks(again.output)
+
+
+def test_restarting_the_engine_brings_its_instance_back_while_the_other_host_serves(fleet):
+    fleet.wait_router_healthy()
+    before, neighbours = fleet.started(ROUTER_HOST), fleet.started("here")
+    load = fleet.load(200)
+    load.wait_for(20)
+    fleet.ssh("systemctl restart docker")
+    result = load.join()
+    print(f"engine restart on {ROUTER_HOST}: {result.summary()}")
+    assert result.failed == 0 and result.ok == 200, fleet.router_state(result.summary())
+    deadline = time.monotonic() + 300
+    while set(after := fleet.started(ROUTER_HOST)) & set(before) or not after:
+        assert time.monotonic() < deadline, f"no new instance container: {after}"
+        time.sleep(2)
+    fleet.wait_router_healthy()
+    assert fleet.started("here") == neighbours
 
 
 def test_prometheus_has_every_target_up_and_the_rules(fleet):

@@ -98,7 +98,7 @@ class Fleet:
             # This is a shared CI machine: no sysctls, no /etc/fstab edits.
             "zenvllm_host_manage_sysctls": False,
             "zenvllm_host_manage_shm": False,
-            "zenvllm_host_engine_install": False,
+            "zenvllm_host_engine": "external",  # the private engine scripts/engine.sh started
             "zenvllm_instances_count": 2,
             "zenvllm_instances_deployment": self.deployment,
             "zenvllm_instances_base_port": self.base_port,

@@ -155,13 +155,14 @@ def ensure_rootfs() -> Path:
     return dest
 
 
-@dataclass(frozen=True)
+@dataclass
 class Machine:
     name: str
     address: str
     root: Path
     key: Path
-    pid: int
+    pid: int  # systemd-nspawn's; a reboot gives a new one
+    cpus: str = ""
 
 
 def wait_ssh(address: str, timeout: float = 60) -> None:
@@ -203,7 +204,7 @@ def prepare_overlay(name: str, address: str, lower: Path, work: Path, pubkey: st
 
 def boot(name: str, root: Path, docker_dir: Path, log: Path, cpus: str = "") -> int:
     env = {**os.environ, "SYSTEMD_NSPAWN_UNIFIED_HIERARCHY": "1"}
-    with log.open("w") as out:
+    with log.open("a") as out:
         proc = subprocess.Popen(
             [
                 "systemd-nspawn",
@@ -224,6 +225,51 @@ def boot(name: str, root: Path, docker_dir: Path, log: Path, cpus: str = "") -> 
             start_new_session=True,
         )
     return proc.pid
+
+
+def exit_status(pid: int) -> int | None:
+    """The exit code of our child systemd-nspawn once it has ended, else None."""
+    try:
+        done, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:  # already reaped (by subprocess's own clean-up)
+        return -1
+    return os.waitstatus_to_exitcode(status) if done else None
+
+
+def reboot(machine: Machine, timeout: float = 120) -> float:
+    """Reboot the machine from inside, as its operator would (`systemctl reboot`): systemd
+    stops every unit and systemd-nspawn exits with 133, then, as systemd-nspawn@.service
+    does, it boots again on the same root (the overlay and /var/lib/docker keep what was
+    written). Returns the seconds until ssh answers again."""
+    start = time.monotonic()
+    # The connection drops as the machine goes down; that is the point.
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        subprocess.run(
+            [
+                "ssh",
+                *("-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"),
+                *("-i", str(machine.key), f"root@{machine.address}", "systemctl reboot"),
+            ],
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+    while (code := exit_status(machine.pid)) is None:
+        if time.monotonic() - start > timeout:
+            raise TimeoutError(f"{machine.name}: still up {timeout} s after systemctl reboot")
+        time.sleep(0.3)
+    if code not in (133, -1):
+        raise RuntimeError(f"{machine.name}: systemd-nspawn exited with {code}, not 133 (reboot)")
+    work = machine.root.parent.parent
+    machine.pid = boot(
+        machine.name,
+        machine.root,
+        machine.root.parent / "docker",
+        work / f"{machine.name}.log",
+        machine.cpus,
+    )
+    wait_ssh(machine.address, timeout)
+    return time.monotonic() - start
 
 
 def bridge_up() -> None:
@@ -272,7 +318,7 @@ def fleet(
             pid = boot(
                 name, root, work / name / "docker", work / f"{name}.log", (cpus or {}).get(name, "")
             )
-            machines.append(Machine(name, address, root, key, pid))
+            machines.append(Machine(name, address, root, key, pid, (cpus or {}).get(name, "")))
         for machine in machines:
             wait_ssh(machine.address)
         yield machines

@@ -64,7 +64,7 @@ class Deployment:
             "zenvllm_docker_host": os.environ.get("DOCKER_HOST", ""),
             "zenvllm_host_manage_sysctls": False,
             "zenvllm_host_manage_shm": False,
-            "zenvllm_host_engine_install": False,
+            "zenvllm_host_engine": "external",  # the private engine scripts/engine.sh started
             "zenvllm_instances_deployment": self.name,
             "zenvllm_instances_count": "auto",
             "zenvllm_instances_base_port": self.base_port,
