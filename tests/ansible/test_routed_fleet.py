@@ -49,7 +49,7 @@ GATEWAY_PORT = 8443
 SECRET = "fleet-worker-key-7c41"
 ROUTER_HOST = "fleet-a"
 SSH_ARGS = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
-ROLLOUT_ENV = {"ZENVLLM_ROLLOUT": "2"}  # what the rolling update changes, and keeps
+ROLLOUT_ENV = {"ZENVLLM_ROLLOUT": "2"}  # what the rolling update changes
 EXACT = {"ignore_eos": True}  # the random tiny model may end early otherwise
 DASHBOARD = ANSIBLE_DIR / "roles/zenvllm_monitoring/files/zenvllm-fleet.json"
 
@@ -61,6 +61,7 @@ class Fleet:
         self.router_address = machine.address
         self.here = here  # this machine's address on the bridge
         self.url = f"https://{machine.address}:{GATEWAY_PORT}"
+        self.applied: dict = {}
 
     def ssh(self, command: str, check: bool = True) -> subprocess.CompletedProcess:
         return subprocess.run(
@@ -79,6 +80,8 @@ class Fleet:
         )
 
     def deploy(self, *args, **extra):
+        if extra.get("zenvllm_state", "present") == "present" and "--check" not in args:
+            self.applied = extra  # what the hosts now run: a re-run with it changes nothing
         return playbook(
             "-i",
             str(self.inventory),
@@ -494,7 +497,7 @@ def test_the_router_host_serves_again_by_itself_after_a_reboot(fleet):
     assert set(active.stdout.split()) == {"active"}, active.stdout
     with pytest.raises(OSError):  # the firewall is back: only the router reaches vLLM
         socket.create_connection((fleet.router_address, PORT), timeout=3).close()
-    again = fleet.deploy(zenvllm_instances_extra_env=ROLLOUT_ENV)
+    again = fleet.deploy(**fleet.applied)
     assert again.rc == 0 and again.changed() == 0, changed_tasks(again.output)
 
 
