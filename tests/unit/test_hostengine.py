@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -101,7 +102,9 @@ def test_records_are_read_by_content(tmp_path):
     (tmp_path / "docker.io").write_text(hostengine.RECORD_TEXT)
     (tmp_path / "containerd").write_text("someone else's note\n")
     (tmp_path / "runc").write_bytes(b"\xff\xfe")
-    assert hostengine.recorded(("docker.io", "containerd", "runc"), str(tmp_path)) == ("docker.io",)
+    os.mkfifo(tmp_path / "podman-docker")  # read, it would block forever
+    packages = ("docker.io", "containerd", "runc", "podman-docker")
+    assert hostengine.recorded(packages, str(tmp_path)) == ("docker.io",)
 
 
 def test_the_file_imports_nothing_of_zenvllm_so_the_role_can_ship_it_alone(tmp_path):

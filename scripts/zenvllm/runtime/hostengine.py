@@ -23,10 +23,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
+import stat
 import subprocess
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 MODES = ("auto", "distribution", "external")
 # Debian's engine, installed only where a host has none.
@@ -69,7 +69,6 @@ class Choice:
     message: str = ""
     unit: str = ""  # the systemd unit instance units depend on ("" = none)
     manage: bool = False  # zenvllm keeps the engine's service enabled and started
-    facts: dict = field(default_factory=dict)
 
 
 def where(facts: Facts) -> str:
@@ -81,6 +80,7 @@ def decide(facts: Facts, mode: str = "auto", private_ok: bool = False) -> Choice
     if mode not in MODES:
         return refuse(f"zenvllm_host_engine={mode!r} is not one of {', '.join(MODES)}.")
     installed = set(facts.installed)
+    clash = conflicts(installed)
     engine = next((p for p in ENGINES if p in installed), "")
     unit = f"{SERVICE}.service" if facts.systemd and engine else ""
     named = f"{engine} ({facts.version})" if engine else f"the engine on {where(facts)}"
@@ -88,14 +88,13 @@ def decide(facts: Facts, mode: str = "auto", private_ok: bool = False) -> Choice
     manage = (
         facts.systemd and engine == "docker.io" and (mode == "distribution" or engine in facts.ours)
     )
-    if facts.answers and (mode != "distribution" or not conflicts(installed)):
+    if facts.answers and (mode != "distribution" or not clash):
         return Choice("use", named, unit=unit, manage=manage)
     if mode == "external":
         return refuse(
             f"zenvllm_host_engine=external, and no engine answers on {where(facts)}. Start "
             "the engine you manage, or point zenvllm_docker_host at the socket it listens on."
         )
-    clash = conflicts(installed)
     missing = tuple(p for p in DISTRIBUTION if p not in installed)
     if private_ok and not facts.systemd:  # a sandbox: `make` starts its own dockerd
         if engine or not clash:
@@ -112,11 +111,9 @@ def decide(facts: Facts, mode: str = "auto", private_ok: bool = False) -> Choice
             "docker.io only on a host with no engine at all.)"
         )
     if clash:
-        why = (
-            "zenvllm_host_engine=distribution installs"
-            if mode == "distribution"
-            else ("No engine answers and none is installed, so zenvllm would install")
-        )
+        if mode == "distribution":
+            return refuse(clashing(clash[0], "zenvllm_host_engine=distribution installs"))
+        why = "No engine answers and none is installed, so zenvllm would install"
         return refuse(clashing(clash[0], why))
     if not facts.systemd:
         return refuse(
@@ -148,39 +145,41 @@ def refuse(message: str) -> Choice:
     return Choice("refuse", "", message=message)
 
 
-# The edges: what the host has.
+# The edges: what the host has. Other programs' output is decoded with replacement and
+# bounded in time; a record is read only from a regular file (a FIFO would block).
+
+
+def run(argv: list[str], timeout: float, env: dict | None = None) -> tuple[int, str]:
+    """A command's exit status and standard output; (-1, "") when it is missing or hangs."""
+    try:
+        proc = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            check=False,
+            timeout=timeout,
+            env=env,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return -1, ""
+    return proc.returncode, proc.stdout
 
 
 def dpkg_installed(packages: tuple[str, ...]) -> tuple[str, ...]:
-    if not shutil.which("dpkg-query"):
-        return ()
-    out = subprocess.run(
-        ["dpkg-query", "--show", "--showformat=${db:Status-Status} ${Package}\n", *packages],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    ).stdout
+    # dpkg-query exits 1 when some of the packages are unknown; the rest are still listed.
+    fmt = "--showformat=${db:Status-Status} ${Package}\n"
+    _, out = run(["dpkg-query", "--show", fmt, *packages], 60)
     return tuple(p for p in packages if f"installed {p}" in out.splitlines())
 
 
 def engine_version(docker_host: str) -> str:
     """The daemon's version, or "" when none answers (or there is no docker client)."""
-    env = {**os.environ, "DOCKER_HOST": docker_host} if docker_host else dict(os.environ)
-    if not docker_host:
-        env.pop("DOCKER_HOST", None)
-    try:
-        proc = subprocess.run(
-            ["docker", "version", "--format", "{{.Server.Version}}"],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=30,
-            env=env,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return proc.stdout.strip() if proc.returncode == 0 else ""
+    env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}
+    if docker_host:
+        env["DOCKER_HOST"] = docker_host
+    rc, out = run(["docker", "version", "--format", "{{.Server.Version}}"], 30, env)
+    return out.strip() if rc == 0 else ""
 
 
 def systemd_is_pid1() -> bool:
@@ -189,10 +188,13 @@ def systemd_is_pid1() -> bool:
 
 def recorded(packages: tuple[str, ...], records: str = RECORDS) -> tuple[str, ...]:
     def ours(pkg: str) -> bool:
+        path = os.path.join(records, pkg)
         try:
-            with open(os.path.join(records, pkg), encoding="utf-8") as f:
-                return f.read(200).startswith("Installed by zenvllm")
-        except (OSError, UnicodeDecodeError):
+            if not stat.S_ISREG(os.stat(path).st_mode):
+                return False
+            with open(path, "rb") as f:
+                return f.read(200).startswith(b"Installed by zenvllm")
+        except OSError:
             return False
 
     return tuple(p for p in packages if ours(p))
