@@ -93,7 +93,7 @@ def test_a_new_secret_moves_the_hash_without_entering_the_spec(instance):
 @pytest.mark.parametrize(
     ("text", "says"),
     [
-        ('{"imgae": "x"}', "unexpected keyword argument 'imgae'"),
+        ('{"imgae": "x"}', "'imgae' is not a setting"),
         ("[1]", "not a JSON object"),
         ('{"supervisor": "cron"}', "supervisor 'cron' is not one of systemd, engine, none"),
         ("{", "Expecting"),

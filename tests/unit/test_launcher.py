@@ -228,5 +228,5 @@ def test_a_container_unlike_its_plan_says_how(capped, monkeypatch):
 
 
 def test_a_malformed_plan_in_the_env_is_refused_with_the_fix(zen4):
-    with pytest.raises(UserError, match="ZENVLLM_PLAN='not json' is not a zenvllm plan"):
+    with pytest.raises(UserError, match=r"\$ZENVLLM_PLAN: not valid JSON.*unset it"):
         launcher.prepare(["--model", "/m"], {"ZENVLLM_PLAN": "not json"}, zen4, {})

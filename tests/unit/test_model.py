@@ -143,7 +143,7 @@ def test_a_shard_index_naming_missing_shards_is_refused(tmp_path):
 @pytest.mark.parametrize("value", ["2", -1, 0, 2.5, True, [2]])
 def test_a_wrongly_typed_config_field_is_refused_by_name(tmp_path, value):
     path = model_dir(tmp_path, {"num_hidden_layers": value}, {"model.safetensors": tiny_weights()})
-    with pytest.raises(UserError, match=r"num_hidden_layers is .* not a positive integer"):
+    with pytest.raises(UserError, match=r"num_hidden_layers is .* not a whole number from 1"):
         read_model(path)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, replace
 
-from zenvllm.core.errors import UserError
+from zenvllm.core import gate
 from zenvllm.core.host import Host
 from zenvllm.core.model import Model
 from zenvllm.core.policy import Policy
@@ -73,41 +73,63 @@ class Calibration:
         return json.dumps({"format": FORMAT, **d}, indent=2) + "\n"
 
 
+MIN_GBS = 0.01  # per core: slower than any real memory, and still not 0 when rounded
+MAX_GBS = 1e5
+
+
 def parse(text: str, source: str) -> Calibration:
-    """A calibration file's figures, or a UserError naming the file and the fix."""
+    """A calibration file's figures, or an InputError naming the file, the field and the fix."""
     fix = f"run `zenvllm calibrate --out {source}` again, or remove it"
-    try:
-        data = json.loads(text)
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise ValueError(f"not a zenvllm calibration (format {FORMAT})")
-        nodes = {
-            int(k): NodeFigure(int(v["cores"]), float(v["gbs"])) for k, v in data["nodes"].items()
-        }
-        cal = Calibration(
-            cpu_model=str(data["cpu_model"]),
-            cpus=int(data["cpus"]),
-            measured_at=str(data["measured_at"]),
-            method=str(data["method"]),
-            core_alone_gbs=float(data["core_alone_gbs"]),
-            nodes=nodes,
-            steps=tuple(
-                StepFigure(str(s["model"]), int(s["weight_bytes"]), int(s["cores"]), float(s["ms"]))
-                for s in data.get("steps", [])
-            ),
+    label = f"calibration file {source}"
+    data = gate.obj(gate.parse_json(text, label, fix), label, fix)
+    if data.get("format") != FORMAT:
+        raise gate.InputError(f"{label}: not a zenvllm calibration (format {FORMAT}); {fix}")
+
+    def field(d: dict, key: str, where: str) -> object:
+        if key not in d:
+            raise gate.InputError(f"{label}: {where}{key} is missing; {fix}")
+        return d[key]
+
+    def whole(d: dict, key: str, where: str = "", high: int = 1 << 20) -> int:
+        return gate.whole(field(d, key, where), f"{label}: {where}{key}", 1, high, fix)
+
+    def gbs(d: dict, key: str, where: str = "") -> float:
+        return gate.number(field(d, key, where), f"{label}: {where}{key}", 0, MAX_GBS, fix)
+
+    nodes = {}
+    for key, value in gate.obj(field(data, "nodes", ""), f"{label}: nodes", fix).items():
+        where = f"nodes.{key[:20]}."
+        node_id = gate.whole_text(key, f"{label}: nodes key {key[:20]!r}", 0, 8191, fix)
+        node = gate.obj(value, f"{label}: {where[:-1]}", fix)
+        nodes[node_id] = NodeFigure(whole(node, "cores", where), gbs(node, "gbs", where))
+    steps = []
+    for i, value in enumerate(gate.items(data.get("steps", []), f"{label}: steps", fix)):
+        where = f"steps[{i}]."
+        step = gate.obj(value, f"{label}: {where[:-1]}", fix)
+        steps.append(
+            StepFigure(
+                gate.text(field(step, "model", where), f"{label}: {where}model", fix),
+                whole(step, "weight_bytes", where, 1 << 50),
+                whole(step, "cores", where),
+                gate.number(field(step, "ms", where), f"{label}: {where}ms", 0, 1e7, fix),
+            )
         )
-    except (ValueError, TypeError, KeyError, AttributeError) as err:
-        raise UserError(f"calibration file {source}: {err!s}; {fix}") from None
-    figures = [cal.core_alone_gbs, *(n.gbs for n in nodes.values())]
-    if (
-        not nodes
-        or any(not 0 < f < 1e5 for f in figures)
-        or any(n.cores < 1 for n in nodes.values())
-        or any(s.weight_bytes < 1 or s.cores < 1 or not 0 < s.ms < 1e7 for s in cal.steps)
-    ):
-        raise UserError(
-            f"calibration file {source}: bandwidths must be between 0 and 100000 GB/s on at "
-            f"least one node of at least one core, and steps of positive bytes, cores and ms; "
-            f"{fix}"
+    if not nodes:
+        raise gate.InputError(f"{label}: nodes is empty; at least one node is measured; {fix}")
+    cal = Calibration(
+        cpu_model=gate.text(field(data, "cpu_model", ""), f"{label}: cpu_model", fix),
+        cpus=whole(data, "cpus"),
+        measured_at=gate.text(field(data, "measured_at", ""), f"{label}: measured_at", fix),
+        method=gate.text(field(data, "method", ""), f"{label}: method", fix),
+        core_alone_gbs=gbs(data, "core_alone_gbs"),
+        nodes=nodes,
+        steps=tuple(steps),
+    )
+    slowest = min([cal.core_alone_gbs, cal.per_core_gbs, *(s.per_core_gbs for s in steps)])
+    if slowest < MIN_GBS:
+        raise gate.InputError(
+            f"{label}: a figure of {slowest:.2g} GB/s per core is below {MIN_GBS} GB/s, "
+            f"slower than any real memory; {fix}"
         )
     return cal
 

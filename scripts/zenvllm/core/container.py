@@ -16,6 +16,7 @@ import ipaddress
 import json
 from dataclasses import asdict, dataclass, field
 
+from zenvllm.core import gate
 from zenvllm.core.errors import UserError
 from zenvllm.core.topology import format_cpu_list
 
@@ -24,6 +25,21 @@ from zenvllm.core.topology import format_cpu_list
 SECURITY = ("--cap-drop=ALL", "--cap-add=SYS_NICE", "--security-opt=no-new-privileges")
 # Who restarts a stopped instance, and the engine's restart policy that follows.
 SUPERVISORS = {"systemd": "no", "engine": "unless-stopped", "none": "no"}
+
+
+def typed(value: object, like: object, where: str, fix: str) -> object:
+    """`value` as the type of `like` (a field's default), through the gate's checks."""
+    if isinstance(like, str):
+        return gate.text(value, where, fix)
+    if isinstance(like, int):
+        return gate.whole(value, where, 0, 1 << 31, fix)
+    if isinstance(like, tuple):
+        return tuple(
+            gate.text(v, f"{where}[{i}]", fix) for i, v in enumerate(gate.items(value, where, fix))
+        )
+    return {
+        k: gate.text(v, f"{where}.{k[:40]}", fix) for k, v in gate.obj(value, where, fix).items()
+    }
 
 
 @dataclass(frozen=True)
@@ -54,18 +70,20 @@ class Settings:
 
     @classmethod
     def from_json(cls, text: str, secrets: dict[str, str] | None = None) -> Settings:
-        """Settings from JSON (unknown keys refused by name), plus the secrets' digest."""
-        try:
-            fields = json.loads(text)
-            if not isinstance(fields, dict):
-                raise TypeError("not a JSON object")
-            fields = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
-            settings = cls(**fields)
-        except (ValueError, TypeError) as err:
-            known = ", ".join(cls.__dataclass_fields__)
-            raise UserError(
-                f"--deployment-json: {err}; give a JSON object with some of: {known}"
-            ) from None
+        """Settings from JSON, each field checked against its default's type (unknown
+        keys refused by name), plus the secrets' digest."""
+        fix = f"give a JSON object with some of: {', '.join(cls.__dataclass_fields__)}"
+        fields = gate.obj(gate.parse_json(text, "--deployment-json", fix), "--deployment-json", fix)
+        defaults = cls()
+        for key in fields:
+            if key not in cls.__dataclass_fields__:
+                raise gate.InputError(f"--deployment-json: {key[:40]!r} is not a setting; {fix}")
+        settings = cls(
+            **{
+                key: typed(value, getattr(defaults, key), f"--deployment-json: {key}", fix)
+                for key, value in fields.items()
+            }
+        )
         try:
             ipaddress.ip_address(settings.address)
         except ValueError:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-from zenvllm.core.errors import UserError
+from zenvllm.core import gate
 from zenvllm.core.host import MIB, Host
 from zenvllm.core.topology import format_cpu_list, parse_cpu_list
 
@@ -35,17 +35,31 @@ def encode(promise: Promise) -> str:
 
 
 def decode(text: str) -> Promise:
-    try:
-        fields = json.loads(text)
-        promise = Promise(**fields)
-        parse_cpu_list(promise.cpus), parse_cpu_list(promise.mems)
-        if not all(isinstance(n, int) and n > 0 for n in (promise.shm_mib, promise.memory_mib)):
-            raise ValueError("shm_mib and memory_mib must be positive integers")
-    except (ValueError, TypeError) as err:
-        raise UserError(
-            f"{ENV_KEY}={text[:80]!r} is not a zenvllm plan ({err}); leave it to the "
-            "deployment's env file, or unset it to let the launcher plan this container"
-        ) from None
+    fix = (
+        "leave it to the deployment's env file, or unset it to let the launcher plan this container"
+    )
+    where = f"${ENV_KEY}"
+    fields = gate.obj(gate.parse_json(text, where, fix), where, fix)
+    if set(fields) != set(Promise.__dataclass_fields__):
+        raise gate.InputError(
+            f"{where} has fields {', '.join(sorted(fields))[:120]}, not those of a zenvllm plan "
+            f"({', '.join(Promise.__dataclass_fields__)}); {fix}"
+        )
+    promise = Promise(
+        **{
+            k: gate.text(fields[k], f"{where}: {k}", fix)
+            for k in ("name", "target", "cpus", "mems")
+        },
+        **{
+            k: gate.whole(fields[k], f"{where}: {k}", 1, 1 << 40, fix)
+            for k in ("shm_mib", "memory_mib")
+        },
+    )
+    for key in ("cpus", "mems"):
+        try:
+            parse_cpu_list(getattr(promise, key))
+        except ValueError as err:
+            raise gate.InputError(f"{where}: {key}: {err}; {fix}") from None
     return promise
 
 

@@ -90,7 +90,7 @@ def cgroup_cap_gib(host: Host, policy: Policy, total: int, charged: int) -> int 
     """Each instance's KV GiB under the cgroup memory limit, which is charged for the
     page cache too (`charged` per instance); None without a limit."""
     limit = host.cgroup_mem_limit_bytes
-    if not limit:
+    if limit is None:  # 0 is a limit (nothing may be charged), never "unset"
         return None
     room = int((limit * (1 - policy.os_reserve_fraction) - total * charged) * policy.kv_fraction)
     return room // total // GIB if room > 0 else 0
@@ -127,7 +127,7 @@ def kv_cache_per_node(
 
     for node_id, kv in kv_by_node.items():
         if kv < policy.min_kv_cache_gib:
-            if host.cgroup_mem_limit_bytes:
+            if host.cgroup_mem_limit_bytes is not None:
                 size = f"{gib(fixed + page_cache_room(model))} each (page cache of the weights too)"
                 where = f"the cgroup memory limit {gib(host.cgroup_mem_limit_bytes)}"
             else:

@@ -6,11 +6,12 @@ headers, never the tensors) or given as a bare size. Standard library only.
 
 from __future__ import annotations
 
-import json
+import itertools
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from zenvllm.core import gate
 from zenvllm.core.errors import UserError
 from zenvllm.core.host import GIB
 from zenvllm.core.quantization import Quantization
@@ -32,6 +33,7 @@ class Model:
         return self.weight_bytes / GIB
 
 
+CONFIG_FIX = "fix the model's config.json (it must match the weights)"
 MAX_MODEL_GIB = 1 << 20  # 1 PiB: beyond any host's memory
 
 
@@ -44,17 +46,15 @@ def model_of_size(gib: float, name: str | None = None) -> Model:
     return Model(name=name or f"{gib:g} GiB model", weight_bytes=int(gib * GIB))
 
 
+MAX_CONFIG_INT = 1 << 40  # above any real layer, head, width or context count
+
+
 def config_int(config: dict, key: str, where: str = "config.json") -> int | None:
     """A positive integer field, None when absent; anything else is refused by name."""
     value = config.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise UserError(
-            f"{where}: {key} is {json.dumps(value)[:60]}, not a positive integer; "
-            "fix the model's config.json (it must match the weights)"
-        )
-    return value
+    return gate.whole(value, f"{where}: {key}", 1, MAX_CONFIG_INT, CONFIG_FIX)
 
 
 def kv_bytes_per_token(config: dict, dtype_bytes: int) -> int | None:
@@ -64,75 +64,107 @@ def kv_bytes_per_token(config: dict, dtype_bytes: int) -> int | None:
     Sliding-window layers are counted in full: an upper bound. None when the
     config lacks the fields (an unusual architecture): the plan is then size-only.
     """
-    text = config.get("text_config", config)  # multimodal configs nest the LM
-    if not isinstance(text, dict):
-        raise UserError("config.json: text_config is not an object; fix the model's config.json")
-    layers = config_int(text, "num_hidden_layers")
-    rank = config_int(text, "kv_lora_rank")
+    where = "config.json: text_config" if "text_config" in config else "config.json"
+    text = gate.obj(config.get("text_config", config), where, CONFIG_FIX)  # multimodal nests
+    layers = config_int(text, "num_hidden_layers", where)
+    rank = config_int(text, "kv_lora_rank", where)
     if layers and rank:
-        return layers * (rank + (config_int(text, "qk_rope_head_dim") or 0)) * dtype_bytes
-    heads = config_int(text, "num_attention_heads")
-    kv_heads = config_int(text, "num_key_value_heads") or heads
-    hidden = config_int(text, "hidden_size")
-    head_dim = config_int(text, "head_dim") or (hidden // heads if hidden and heads else None)
+        rope = config_int(text, "qk_rope_head_dim", where) or 0
+        return layers * (rank + rope) * dtype_bytes
+    heads = config_int(text, "num_attention_heads", where)
+    kv_heads = config_int(text, "num_key_value_heads", where) or heads
+    hidden = config_int(text, "hidden_size", where)
+    head_dim = config_int(text, "head_dim", where) or (
+        hidden // heads if hidden and heads else None
+    )
     if not (layers and kv_heads and head_dim):
         return None
     return layers * kv_heads * head_dim * 2 * dtype_bytes
 
 
-def safetensors_bytes(path: Path) -> int:
-    """Bytes of tensor data in one .safetensors file, from its header alone.
+def safetensors_spans(path: Path) -> tuple[int, list[tuple[int, int]]]:
+    """Where one .safetensors file's tensor data starts, and each tensor's byte span in
+    it, from its header alone (through the gate: a bounded read, never the tensors).
 
-    A download cut short is the commonest broken model: the header must parse and
-    every tensor must lie inside the file, or the user hears which file and why."""
-    size = path.stat().st_size
+    A download cut short is the commonest broken model: the header must parse, every
+    tensor must lie inside the file and no two may share bytes, or the user hears which
+    file and why."""
     fix = "download or convert it again"
-    with path.open("rb") as f:
+    with gate.regular(path, fix) as (f, size):
         head = f.read(8)
         if len(head) < 8:
-            raise UserError(f"{path}: {size} bytes, too short for a safetensors header; {fix}")
-        (header_len,) = struct.unpack("<Q", head)
-        if header_len > size - 8:
-            raise UserError(
-                f"{path}: its header claims {header_len:,} bytes but the file has {size:,}; "
-                f"the file is truncated or not safetensors; {fix}"
+            raise gate.InputError(
+                f"{path}: {size} bytes, too short for a safetensors header; {fix}"
             )
-        try:
-            header = json.loads(f.read(header_len))
-            spans = [
-                (int(t["data_offsets"][0]), int(t["data_offsets"][1]))
-                for key, t in header.items()
-                if key != "__metadata__"
-            ]
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as err:
-            raise UserError(f"{path}: the safetensors header is not valid ({err}); {fix}") from None
+        (header_len,) = struct.unpack("<Q", head)
+        if header_len > min(size - 8, gate.SAFETENSORS_HEADER):
+            raise gate.InputError(
+                f"{path}: its header claims {header_len:,} bytes but the file has {size:,} "
+                f"(safetensors allows at most {gate.SAFETENSORS_HEADER:,}); the file is "
+                f"truncated or not safetensors; {fix}"
+            )
+        raw = f.read(header_len)
+    header = gate.obj(
+        gate.parse_json(gate.decode(raw, f"{path} (header)", fix), f"{path} (header)", fix),
+        f"{path}: the header",
+        fix,
+    )
     data = size - 8 - header_len
-    if any(not 0 <= start <= end <= data for start, end in spans):
-        last = max((end for _, end in spans), default=0)
-        raise UserError(
+    spans = []
+    for key, tensor in header.items():
+        if key == "__metadata__":
+            continue
+        where = f"{path}: tensor {key[:60]!r}"
+        offsets = gate.items(
+            gate.obj(tensor, where, fix).get("data_offsets"), f"{where} data_offsets", fix
+        )
+        if len(offsets) != 2:
+            raise gate.InputError(f"{where}: data_offsets must be [start, end]; {fix}")
+        start, end = (gate.whole(o, f"{where} data_offsets", 0, 1 << 62, fix) for o in offsets)
+        if not start <= end:
+            raise gate.InputError(f"{where}: data_offsets {offsets} end before they start; {fix}")
+        spans.append((start, end))
+    if any(end > data for _, end in spans):
+        last = max(end for _, end in spans)
+        raise gate.InputError(
             f"{path}: tensors need {last:,} bytes of data but the file holds {data:,}; "
             f"the file is truncated; {fix}"
         )
-    return sum(end - start for start, end in spans)
+    spans.sort()
+    for (_, end), (start, _) in itertools.pairwise(spans):
+        if start < end:
+            raise gate.InputError(
+                f"{path}: two tensors share bytes {start:,} to {end:,} of its data; "
+                f"the header is corrupt; {fix}"
+            )
+    return 8 + header_len, spans
+
+
+def safetensors_bytes(path: Path) -> int:
+    """Bytes of tensor data in one .safetensors file (each byte counted once)."""
+    return sum(end - start for start, end in safetensors_spans(path)[1])
 
 
 def shards(path: Path) -> list[Path]:
-    """The safetensors files, all of them: a sharded index must find every shard it names."""
+    """The safetensors files vLLM loads. With an index, exactly the shards it names (as
+    vLLM does: a stale extra shard beside it is not counted), each of which must exist."""
     index = path / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-            named = sorted(set(weight_map.values()))
-            if not all(isinstance(n, str) and n and "/" not in n for n in named):
-                raise TypeError("shard names must be file names")
-        except (ValueError, KeyError, TypeError, AttributeError) as err:
-            raise UserError(f"{index}: not a valid shard index ({err}); re-download it") from None
-        missing = [n for n in named if not (path / n).is_file()]
+    if index.exists():
+        fix = "re-download it"
+        data = gate.obj(gate.read_json(index, gate.DOCUMENT, fix), str(index), fix)
+        weight_map = gate.obj(data.get("weight_map"), f"{index}: weight_map", fix)
+        named = sorted(
+            {gate.text(n, f"{index}: weight_map[{k[:40]!r}]", fix) for k, n in weight_map.items()}
+        )
+        if not named or not all(n and "/" not in n and n not in (".", "..") for n in named):
+            raise gate.InputError(f"{index}: shard names must be file names; {fix}")
+        missing = [n for n in named if not (path / n).exists()]
         if missing:
             raise UserError(
                 f"{index} names {len(named)} shard(s) but {len(missing)} are missing "
                 f"({', '.join(missing[:3])}); finish the download"
             )
+        return [path / n for n in named]
     found = sorted(path.glob("*.safetensors"))
     if not found:
         gguf = (
@@ -150,17 +182,16 @@ def shards(path: Path) -> list[Path]:
 def read_model(path: Path, dtype: str | None = None) -> Model:
     """Size a local model directory. `dtype` overrides the config's for KV bytes."""
     config_file = path / "config.json"
-    if not config_file.is_file():
+    if not config_file.exists():  # a FIFO or device is the gate's to refuse
         raise UserError(
             f"--model {path}: no config.json there; give a local Hugging Face model "
             "directory, or --model-size-gib N when only the size is known"
         )
-    try:
-        config = json.loads(config_file.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise UserError(f"--model {path}: config.json is not valid JSON ({err})") from None
-    if not isinstance(config, dict):
-        raise UserError(f"--model {path}: config.json is not a JSON object; fix or re-download it")
+    config = gate.obj(
+        gate.read_json(config_file, gate.DOCUMENT, CONFIG_FIX),
+        f"--model {path}: config.json",
+        CONFIG_FIX,
+    )
     weight_files = shards(path)
     dtype = dtype or config.get("torch_dtype") or config.get("dtype") or "bfloat16"
     try:

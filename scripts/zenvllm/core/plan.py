@@ -117,7 +117,7 @@ class Plan:
                 "mem_total_gib": round(host.mem_total_bytes / GIB, 2),
                 "cgroup_mem_limit_gib": (
                     round(host.cgroup_mem_limit_bytes / GIB, 2)
-                    if host.cgroup_mem_limit_bytes
+                    if host.cgroup_mem_limit_bytes is not None
                     else None
                 ),
                 "nodes": [

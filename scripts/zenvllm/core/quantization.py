@@ -19,12 +19,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from zenvllm.core import gate
 from zenvllm.core.errors import PlanError, UserError
 from zenvllm.core.host import Host
 
 INT4_KERNEL = (
     "vLLM 0.32's CPU INT4 kernel (cpu_gemm_wna16) is compiled into its AVX-512 library only"
 )
+FIX = "fix or re-download the model's config.json"
 SERVABLE_WITHOUT_AVX512 = "the bf16 weights or a compressed-tensors W8A8 INT8 copy"
 
 
@@ -37,12 +39,14 @@ class Quantization:
     zentorch: bool = False  # whether the zen target's zentorch runs its linears
 
 
-def compressed_tensors(config: dict) -> Quantization:
+def compressed_tensors(config: dict, where: str) -> Quantization:
     """The first config group's scheme: W8A8 INT8, W4A16, ..."""
-    groups = config.get("config_groups") or {}
-    group = next(iter(groups.values()), {}) if isinstance(groups, dict) else {}
-    weights = group.get("weights") or {}
-    acts = group.get("input_activations") or {}
+    where = f"{where}: quantization_config.config_groups"
+    groups = gate.obj(config.get("config_groups") or {}, where, FIX)
+    name, group = next(iter(groups.items()), ("", {}))
+    group = gate.obj(group, f"{where}.{name}", FIX)
+    weights = gate.obj(group.get("weights") or {}, f"{where}.{name}.weights", FIX)
+    acts = gate.obj(group.get("input_activations") or {}, f"{where}.{name}.input_activations", FIX)
     w_bits, a_bits = weights.get("num_bits"), acts.get("num_bits") or 16
     kind = str(weights.get("type", "int")).upper()
     label = f"compressed-tensors W{w_bits}A{a_bits} {kind}{w_bits}"
@@ -65,7 +69,7 @@ def read(config: dict, where: str) -> Quantization | None:
         label = f"{method.upper()} INT{q.get('bits', '?')} (group {q.get('group_size', '?')})"
         return Quantization(method, label, ("avx512f",), INT4_KERNEL)
     if method == "compressed-tensors":
-        return compressed_tensors(q)
+        return compressed_tensors(q, where)
     return Quantization(method, f"{method} (not tested by zenvllm: vLLM decides at start-up)")
 
 

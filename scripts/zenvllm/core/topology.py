@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from zenvllm.core import gate
 from zenvllm.core.errors import UserError
 from zenvllm.core.host import Cpu, Host, Node
 
@@ -21,6 +22,8 @@ KIB = 1024
 # cgroup v1 reports "no limit" as PAGE_COUNTER_MAX pages (9223372036854771712 with
 # 4 KiB pages); anything this large is no limit in practice.
 UNLIMITED_THRESHOLD = 1 << 62
+MAX_CPU_ID = 8191  # Linux's largest NR_CPUS (x86 MAXSMP); node ids are fewer still
+FIX = "is this a copy of a real sysfs/procfs tree? pass --root one (e.g. a fixture tree)"
 
 # ---------------------------------------------------------------- pure parsers
 
@@ -28,7 +31,8 @@ UNLIMITED_THRESHOLD = 1 << 62
 def parse_cpu_list(text: str) -> tuple[int, ...]:
     """Parse the kernel's list format ("0-3,8,10-11") into sorted, unique ids.
 
-    An empty string (a CPU-less node, an empty offline list) is no CPUs.
+    An empty string (a CPU-less node, an empty offline list) is no CPUs. Ids are
+    checked against MAX_CPU_ID before a range is expanded.
     """
     ids: set[int] = set()
     for part in text.strip().split(","):
@@ -36,16 +40,16 @@ def parse_cpu_list(text: str) -> tuple[int, ...]:
         if not part:
             continue
         lo, sep, hi = part.partition("-")
-        try:
-            if sep:
-                start, stop = int(lo), int(hi)
-                if stop < start:
-                    raise ValueError
-                ids.update(range(start, stop + 1))
-            else:
-                ids.add(int(lo))
-        except ValueError:
-            raise ValueError(f"bad CPU list {text.strip()!r}: cannot parse {part!r}") from None
+        bounds = (lo, hi) if sep else (lo,)
+        if not all(b.isascii() and b.isdigit() and len(b) <= 6 for b in bounds):
+            raise ValueError(f"bad CPU list {text.strip()[:60]!r}: cannot parse {part[:40]!r}")
+        start, stop = int(lo), int(hi if sep else lo)
+        if stop < start or stop > MAX_CPU_ID:
+            raise ValueError(
+                f"bad CPU list {text.strip()[:60]!r}: {part!r} is not a range of ids "
+                f"from 0 to {MAX_CPU_ID} (Linux's most)"
+            )
+        ids.update(range(start, stop + 1))
     return tuple(sorted(ids))
 
 
@@ -63,7 +67,7 @@ def format_cpu_list(ids: Iterable[int]) -> str:
     return ",".join(parts)
 
 
-_MEMINFO_LINE = re.compile(r"^(?:Node \d+ )?([A-Za-z0-9_()]+):\s+(\d+)(?:\s+kB)?\s*$")
+_MEMINFO_LINE = re.compile(r"^(?:Node \d+ )?([A-Za-z0-9_()]+):\s+(\d{1,20})(?:\s+kB)?\s*$")
 
 
 def parse_meminfo(text: str) -> dict[str, int]:
@@ -126,20 +130,18 @@ def parse_memory_limit(text: str) -> int | None:
     value = text.strip()
     if not value or value == "max":
         return None
-    limit = int(value)
+    if not (value.isascii() and value.isdigit() and len(value) <= 20):
+        raise ValueError(value)
+    limit = int(value)  # 0 is a limit: nothing may be charged
     return None if limit >= UNLIMITED_THRESHOLD else limit
 
 
 # ---------------------------------------------------------------- the reader
 
 
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text()
-    except (FileNotFoundError, NotADirectoryError, PermissionError):
-        return None
-    except OSError:
-        return None  # e.g. EINVAL on some sysfs attributes in VMs
+def _read(path: Path, cap: int = gate.SYSFS) -> str | None:
+    """An attribute's text; None when the kernel (or the copy) lacks it."""
+    return gate.read_text(path, cap, FIX, optional=True)
 
 
 def _read_list(path: Path) -> tuple[int, ...] | None:
@@ -149,21 +151,22 @@ def _read_list(path: Path) -> tuple[int, ...] | None:
     try:
         return parse_cpu_list(text)
     except ValueError as err:
-        raise UserError(f"{path}: {err}; is this a copy of a real sysfs tree?") from None
+        raise gate.InputError(f"{path}: {err}; {FIX}") from None
 
 
 def _read_int(path: Path, default: int) -> int:
     text = (_read(path) or "").strip()
     if not text:
         return default
-    try:
-        return int(text)
-    except ValueError:
-        raise UserError(f"{path}: expected an integer, found {text!r}") from None
+    return gate.whole_text(text, str(path), -1, 1 << 31, FIX)  # some VMs say -1
+
+
+def _meminfo(path: Path) -> dict[str, int]:
+    return parse_meminfo(_read(path, gate.PROCFS) or "")
 
 
 def _numbered(directory: Path, prefix: str) -> list[int]:
-    pattern = re.compile(rf"^{prefix}(\d+)$")
+    pattern = re.compile(rf"^{prefix}(\d{{1,4}})$")
     if not directory.is_dir():
         return []
     return sorted(int(m.group(1)) for p in directory.iterdir() if (m := pattern.match(p.name)))
@@ -219,14 +222,14 @@ def _cpu_topology(cpu_dir: Path, online: tuple[int, ...]) -> dict[int, tuple[int
 
 
 def _proc_meminfo(root: Path) -> dict[str, int]:
-    return parse_meminfo(_read(root / "proc" / "meminfo") or "")
+    return _meminfo(root / "proc" / "meminfo")
 
 
 def node_mem_totals(root: Path) -> dict[int, int]:
     """MemTotal bytes per node as the node sysfs states it, before any reconciliation."""
     node_dir = root / "sys" / "devices" / "system" / "node"
     return {
-        n: parse_meminfo(_read(node_dir / f"node{n}" / "meminfo") or "").get("MemTotal", 0)
+        n: _meminfo(node_dir / f"node{n}" / "meminfo").get("MemTotal", 0)
         for n in _numbered(node_dir, "node")
     }
 
@@ -245,7 +248,7 @@ def _nodes(root: Path, online: tuple[int, ...], meminfo: dict[str, int]) -> tupl
         cpus = tuple(
             c for c in _read_list(node_dir / f"node{n}" / "cpulist") or () if c in online_set
         )
-        node_mem = parse_meminfo(_read(node_dir / f"node{n}" / "meminfo") or "")
+        node_mem = _meminfo(node_dir / f"node{n}" / "meminfo")
         nodes.append(
             Node(
                 id=n,
@@ -300,7 +303,10 @@ def _min_limit(paths: list[Path], filename: str) -> int | None:
         try:
             limit = parse_memory_limit(text)
         except ValueError:
-            raise UserError(f"{p / filename}: expected bytes or 'max', found {text!r}") from None
+            raise gate.InputError(
+                f"{p / filename}: expected bytes (up to 20 digits) or 'max', found "
+                f"{text.strip()[:40]!r}; {FIX}"
+            ) from None
         if limit is not None:
             limits.append(limit)
     return min(limits) if limits else None
@@ -370,7 +376,7 @@ def read_host(root: Path = Path("/")) -> Host:
     allowed_mems = (
         frozenset(node_ids) if cgroup.mems is None else frozenset(node_ids) & set(cgroup.mems)
     )
-    info = parse_cpuinfo(_read(root / "proc" / "cpuinfo") or "")
+    info = parse_cpuinfo(_read(root / "proc" / "cpuinfo", gate.PROCFS) or "")
     total = meminfo.get("MemTotal") or sum(n.mem_total_bytes for n in nodes)
     available = meminfo.get("MemAvailable", meminfo.get("MemFree", total))
     return Host(

@@ -18,16 +18,16 @@ from __future__ import annotations
 import ctypes
 import multiprocessing
 import os
-import struct
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from zenvllm.core import gate
 from zenvllm.core.calibration import DEFAULT_PATH, Calibration, NodeFigure, StepFigure, parse
 from zenvllm.core.cores import usable_cores
 from zenvllm.core.errors import UserError
 from zenvllm.core.host import GIB, MIB, Host
-from zenvllm.core.model import read_model, shards
+from zenvllm.core.model import read_model, safetensors_spans, shards
 
 READ_CHUNK = 4 * MIB  # read into a buffer that stays in the core's L2/L3
 Span = tuple[str, int, int]  # file, first byte, end
@@ -75,9 +75,8 @@ def data_spans(model_dir: Path) -> list[Span]:
     """Each safetensors file's tensor data: everything after its header."""
     spans = []
     for path in shards(model_dir):
-        with path.open("rb") as f:
-            (header_len,) = struct.unpack("<Q", f.read(8))
-        spans.append((str(path), 8 + header_len, path.stat().st_size))
+        data_start, tensors = safetensors_spans(path)
+        spans.append((str(path), data_start, data_start + max((e for _, e in tensors), default=0)))
     return spans
 
 
@@ -101,15 +100,12 @@ def split(spans: list[Span], parts: int) -> list[list[Span]]:
 def read_pass(spans: list[Span], buf: bytearray) -> None:
     view = memoryview(buf)
     for path, start, end in spans:
-        fd = os.open(path, os.O_RDONLY)
-        try:
+        with gate.regular(Path(path), "give a model directory of regular files") as (f, _):
             while start < end:
-                got = os.preadv(fd, [view[: min(len(buf), end - start)]], start)
+                got = os.preadv(f.fileno(), [view[: min(len(buf), end - start)]], start)
                 if got <= 0:
                     raise OSError(f"{path}: short read at byte {start}")
                 start += got
-        finally:
-            os.close(fd)
 
 
 def pass_time(cpu: int, spans: list[Span], seconds: float, start, results) -> None:
@@ -186,10 +182,5 @@ def read(path: Path | None, live: bool) -> tuple[Calibration | None, str]:
         if not live or not Path(DEFAULT_PATH).is_file():
             return None, ""
         path = Path(DEFAULT_PATH)
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise UserError(
-            f"--calibration {path}: {err.strerror}; give a file `zenvllm calibrate` wrote"
-        ) from None
+    text = gate.read_text(path, gate.SMALL, "give --calibration a file `zenvllm calibrate` wrote")
     return parse(text, str(path)), str(path)

@@ -8,6 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from zenvllm.core import gate
 from zenvllm.core.arguments import real
 from zenvllm.core.calibration import DEFAULT_PATH, parse
 from zenvllm.core.errors import UserError
@@ -21,8 +22,8 @@ def check_out(path: Path) -> None:
     if path.is_symlink() or (path.exists() and not path.is_file()):
         raise UserError(f"--out {path} is not a regular file; give a file path")
     if path.exists():
-        try:
-            parse(path.read_text(errors="replace"), str(path))
+        try:  # read at most the gate's cap: a 2.5 GB file is refused, never loaded
+            parse(gate.read_text(path, gate.SMALL, "") or "", str(path))
         except UserError:
             raise UserError(
                 f"--out {path} exists and is not a calibration zenvllm wrote; zenvllm never "

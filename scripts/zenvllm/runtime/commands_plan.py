@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from dataclasses import replace
 from pathlib import Path
 
-from zenvllm.core import arguments, calibration
+from zenvllm.core import arguments, calibration, gate
 from zenvllm.core.arguments import real, whole
 from zenvllm.core.calibration import DEFAULT_PATH
 from zenvllm.core.container import Settings
@@ -150,7 +149,11 @@ def render_table(plan: Plan) -> str:
 def settings_from(args: argparse.Namespace) -> Settings:
     """The deployment's container settings: --deployment-json, secrets from the env
     (ZENVLLM_SECRETS, a JSON object: never on the command line, never printed)."""
-    secrets = json.loads(os.environ.get("ZENVLLM_SECRETS") or "{}")
+    fix = "give ZENVLLM_SECRETS a JSON object of strings (the instances role writes it)"
+    secrets = gate.env_json("ZENVLLM_SECRETS", fix) or {}
+    if not isinstance(secrets, dict) or not all(isinstance(v, str) for v in secrets.values()):
+        # Never shown: the value holds secrets.
+        raise gate.InputError(f"$ZENVLLM_SECRETS is not a JSON object of strings; {fix}")
     text = args.deployment_json or json.dumps({"deployment": args.name_prefix})
     return Settings.from_json(text, secrets)
 

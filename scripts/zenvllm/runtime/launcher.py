@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import re
 import shutil
@@ -22,7 +21,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from zenvllm.core import deployed
+from zenvllm.core import deployed, gate
 from zenvllm.core.accelerators import (
     installed,
     pace_state,
@@ -195,10 +194,9 @@ def missing_preloads(ld_preload: str, exists=os.path.exists) -> list[str]:
 
 
 def read_manifest(path: Path = MANIFEST) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
+    """The image's own record of what it holds; {} outside an image."""
+    data = gate.read_json(path, gate.SMALL, "rebuild the image", optional=True)
+    return data if isinstance(data, dict) else {}
 
 
 def port_taken(host: str, port: int) -> bool:
