@@ -26,6 +26,8 @@ def snapshot(root: Path) -> dict[str, tuple]:
             entries[str(path)] = ("link", os.readlink(path))
         elif path.is_dir():
             entries[str(path)] = ("dir", st.st_mode, st.st_ino)
+        elif not path.is_file():  # a FIFO: never opened, it would block
+            entries[str(path)] = ("special", st.st_mode, st.st_ino)
         else:
             entries[str(path)] = ("file", st.st_mode, st.st_ino, path.read_bytes())
     return entries
@@ -49,10 +51,38 @@ def foreign(tmp_path: Path, kind: str) -> tuple[Path, Path]:
     elif kind == "empty-dir":
         (tmp_path / "empty").mkdir()
         return tmp_path / "empty", tmp_path
+    elif kind == "fifo":
+        os.mkfifo(tmp_path / "fifo")
+        return tmp_path / "fifo", tmp_path
+    elif kind in ("copied-context", "empty-marker", "changed"):
+        ctx = tmp_path / "ctx"
+        if kind == "changed":  # a directory zenvllm made, then the user's certificate added
+            with outputs.staged(ctx, "--output") as staging:
+                (staging / "Dockerfile").write_text("# Rendered by `zenvllm render` from d\n")
+        else:  # a render copied by hand (names and header as zenvllm writes them)
+            ctx.mkdir()
+            (ctx / "Dockerfile").write_text("# zenvllm x\n# Rendered by `zenvllm render` from d\n")
+            (ctx / "image.json").write_text("{}")
+        if kind == "empty-marker":
+            (ctx / outputs.MARKER).write_text("")
+        (ctx / "certs").mkdir(exist_ok=True)
+        (ctx / "certs" / "corp.crt").write_text("-----BEGIN CERTIFICATE-----\n")
+        return ctx, tmp_path
     return tmp_path / "link", tmp_path
 
 
-KINDS = ["dir", "file", "link-to-dir", "link-to-file", "empty-dir"]
+# The last three lost the user's certificate before the marker recorded SHA-256s.
+KINDS = [
+    "dir",
+    "file",
+    "link-to-dir",
+    "link-to-file",
+    "empty-dir",
+    "fifo",
+    "copied-context",
+    "empty-marker",
+    "changed",
+]
 VERBS = {
     "render": ["render", "--target", "vllm-openai", "--output"],
     # --out is checked before the model, the engine or anything else.
@@ -101,12 +131,19 @@ def test_owned_output_is_swapped_whole(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
-def test_a_context_rendered_before_the_marker_is_still_ours(tmp_path):
-    legacy = tmp_path / "ctx"
-    (legacy / "zenvllm").mkdir(parents=True)
-    (legacy / "Dockerfile").write_text("# zenvllm x\n# Rendered by `zenvllm render` from d\n")
-    (legacy / "image.json").write_text("{}")
-    assert outputs.check_output(legacy, "--output") == legacy
-    (legacy / "notes.txt").write_text("mine")  # anything else there: not ours
-    with pytest.raises(UserError, match="did not make"):
-        outputs.check_output(legacy, "--output")
+def test_ownership_is_proven_by_content_each_file_by_its_sha256(tmp_path):
+    out = tmp_path / "ctx"
+    with outputs.staged(out, "--output") as staging:
+        (staging / "sub").mkdir()
+        (staging / "sub" / "a").write_text("a\n")
+    assert outputs.owned(out)
+    marker = (out / outputs.MARKER).read_text().splitlines()
+    assert marker[1:] == [
+        "dir  sub",
+        "87428fc522803d31065e7bce3cf03fe475096631e5e07bbd7a0fde60c4cf25c7  sub/a",
+    ]
+    (out / "sub" / "a").write_text("b\n")  # same name, other content: not what zenvllm wrote
+    with pytest.raises(UserError, match=r"changed since \(changed sub/a\)"):
+        outputs.check_output(out, "--output")
+    outputs.remove_owned(out)
+    assert (out / "sub" / "a").read_text() == "b\n"

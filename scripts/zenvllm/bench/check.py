@@ -8,19 +8,23 @@ runs, the CSVs and the table say what results.json says, the plots are PNGs.
 from __future__ import annotations
 
 import csv
-import json
+import io
 import statistics
 from pathlib import Path
 
 from zenvllm.bench.layouts import ACCEPTANCE_RATIO, NEAR_BEST, PLANNER, STOCK
 from zenvllm.bench.report import weights_row
+from zenvllm.core import gate
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def png_size(path: Path) -> tuple[int, int] | None:
     """(width, height) from a PNG's IHDR chunk; None when it is not a PNG."""
-    head = path.read_bytes()[:24] if path.is_file() else b""
+    try:
+        head = (gate.read_bytes(path, 64 * gate.MIB, "", optional=True) or b"")[:24]
+    except gate.InputError:
+        return None
     if len(head) < 24 or head[:8] != PNG_MAGIC or head[12:16] != b"IHDR":
         return None
     return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
@@ -47,8 +51,8 @@ def check_outputs(out_dir: Path, expect: list[str] | None = None) -> list[str]:
     the plots are real PNGs."""
     problems: list[str] = []
     try:
-        result = json.loads((out_dir / "results.json").read_text())
-    except (OSError, ValueError) as err:
+        result = gate.read_json(out_dir / "results.json", gate.DOCUMENT, "run the bench again")
+    except gate.InputError as err:
         return [f"results.json: {err}"]
     meta, w = result["meta"], result["meta"]["workload"]
     names = [c["name"] for c in result["configurations"]]
@@ -69,7 +73,7 @@ def check_outputs(out_dir: Path, expect: list[str] | None = None) -> list[str]:
     problems += [
         f"table.md lacks the weights row {weights_row(r)!r}"
         for r in result.get("weights", [])
-        if weights_row(r) not in (out_dir / "table.md").read_text()
+        if weights_row(r) not in (gate.read_text(out_dir / "table.md", gate.DOCUMENT, "") or "")
     ]
     problems += plot_problems(out_dir)
     return problems
@@ -202,7 +206,7 @@ WEIGHT_FIELDS = (
 def table_problems(path: Path, summary: dict[str, dict], peers: list[dict]) -> list[str]:
     """table.md is what people read: it must show each row's name, throughput and ratio,
     and each peer's quotients."""
-    table = path.read_text() if path.is_file() else ""
+    table = gate.read_text(path, gate.DOCUMENT, "run the bench again", optional=True) or ""
     problems = []
     for r in peers:
         row = f"| {r['peer']} | {r['output']:.3f}x | {r['ttft']:.3f}x | {r['tpot']:.3f}x |"
@@ -227,10 +231,10 @@ def plot_problems(out_dir: Path) -> list[str]:
 
 def compare_csv(path: Path, rows: list[dict], label: str) -> list[str]:
     try:
-        with path.open(newline="") as f:
-            got = list(csv.DictReader(f))
-    except OSError as err:
+        text = gate.read_text(path, gate.DOCUMENT, "run the bench again")
+    except gate.InputError as err:
         return [f"{label}: {err}"]
+    got = list(csv.DictReader(io.StringIO(text, newline="")))
     if len(got) != len(rows):
         return [f"{label}: {len(got)} rows, results.json has {len(rows)}"]
     return [
@@ -262,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     problems = check_outputs(args.out)
     verdict_ = {}
     if not problems:
-        verdict_ = json.loads((args.out / "results.json").read_text())["verdict"]
+        verdict_ = gate.read_json(args.out / "results.json", gate.DOCUMENT, "")["verdict"]
         if args.acceptance and not verdict_["meets_acceptance"]:
             problems.append(
                 f"the planner's layout ({verdict_['planner']}) made {verdict_['planner_ratio']}x "

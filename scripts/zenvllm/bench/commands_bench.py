@@ -10,7 +10,7 @@ from pathlib import Path
 
 from zenvllm.bench import gateway, layouts, metrics, results, runner
 from zenvllm.bench.gateway import Deployment
-from zenvllm.core import calibration
+from zenvllm.core import arguments, calibration, gate
 from zenvllm.core.arguments import real, whole
 from zenvllm.core.cores import usable_cores
 from zenvllm.core.errors import UserError
@@ -23,6 +23,7 @@ from zenvllm.image.engine import DOCKER
 from zenvllm.runtime import calibrate
 
 DEFAULT_MAX_MODEL_LEN = 512
+GATEWAY_PORTS = (90, 99)  # --gateway deploy: nginx and its instances, above the servers'
 
 
 def default_image(target: str) -> str:
@@ -36,9 +37,18 @@ def image_present(tag: str) -> bool:
 
 
 def has_compiler(image: str) -> bool:
-    """vLLM's default (torch.compile) mode needs a C++ compiler on the CPU (Inductor)."""
+    """vLLM's default (torch.compile) mode needs a C++ compiler on the CPU (Inductor).
+    A probe that could not run (the engine's 125-127) is an error, not "no compiler":
+    it must not switch every configuration to eager mode unsaid."""
     probe = "command -v g++ || command -v c++"
-    return DOCKER.ok("run", "--rm", "--network", "host", "--entrypoint", "sh", image, "-c", probe)
+    done = DOCKER.run("run", "--rm", "--network", "host", "--entrypoint", "sh", image, "-c", probe)
+    if done.returncode in (0, 1):
+        return done.returncode == 0
+    raise UserError(
+        f"could not look for a C++ compiler in {image} (`docker run` exited "
+        f"{done.returncode}: {done.stderr.strip()[-300:]}); fix the engine or the image, "
+        "or pass --compile to keep compiled mode without looking"
+    )
 
 
 def workload_from(args: argparse.Namespace) -> layouts.Workload:
@@ -70,8 +80,8 @@ WEIGHTS_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,31}")
 
 
 def model_shape(model_dir: Path) -> dict:
-    config = json.loads((model_dir / "config.json").read_text())  # read_model checked it
-    return {k: config.get(k) for k in SHAPE_KEYS}
+    config = gate.read_json(model_dir / "config.json", gate.DOCUMENT, "fix the model's config")
+    return {k: config.get(k) for k in SHAPE_KEYS}  # read_model checked it is an object
 
 
 def weights_copies(specs: list[str], model_dir: Path) -> tuple[layouts.Weights, ...]:
@@ -190,6 +200,9 @@ def choose_images(
         images["llamacpp"] = args.llamacpp_image or peers.default_tag(
             config, "llamacpp", peers.cpu_key(host.flags)
         )
+    if args.dry_run:  # no engine call: say what was not checked
+        notes.append(f"--dry-run: images not checked ({', '.join(sorted(images.values()))})")
+        return images, configs
     for target, tag in images.items():
         if not image_present(tag):
             if target == "vllm-openai":
@@ -228,6 +241,12 @@ def eager_if_needed(
 ) -> layouts.Workload:
     """Without a C++ compiler torch.compile fails, so every configuration (stock too, to
     keep the comparison fair) runs eager; --compile keeps compiled mode regardless."""
+    if args.dry_run and not (workload.enforce_eager or args.compile):
+        notes.append(
+            f"--dry-run: compiled or eager mode unknown (the run looks for a C++ compiler "
+            f"in {image}; --compile keeps compiled mode)"
+        )
+        return workload
     eager = not (workload.enforce_eager or args.compile or has_compiler(image))
     if eager:
         workload = replace(workload, enforce_eager=True)
@@ -275,12 +294,18 @@ def gateway_deployment(
     """The deployment serves like the servers it is compared with (same image, eager
     mode, context), on ports above theirs; its paths are checked before any work."""
     serve = ["--dtype", "bfloat16"] + (["--enforce-eager"] if workload.enforce_eager else [])
+    if args.base_port + GATEWAY_PORTS[1] > 65535:
+        raise UserError(
+            f"--base-port {args.base_port}: the gateway's deployment takes ports "
+            f"{args.base_port + GATEWAY_PORTS[0]}-{args.base_port + GATEWAY_PORTS[1]}, past "
+            f"65535; give --base-port {65535 - GATEWAY_PORTS[1]} or lower"
+        )
     deployment = Deployment(
         work=args.out.resolve().parent / f".{args.out.name}.gateway",
         model_dir=model_dir,
         image=image,
-        port=args.base_port + 90,
-        base_port=args.base_port + 91,
+        port=args.base_port + GATEWAY_PORTS[0],
+        base_port=args.base_port + GATEWAY_PORTS[0] + 1,
         serve_args=tuple(serve),
         max_model_len=max_len,
     )
@@ -359,7 +384,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="measure a gateway too: 'deploy' runs ansible/deploy.yml here for the run "
         "and takes it down after; a URL measures a running deployment",
     )
-    parser.add_argument("--base-port", type=positive, default=8401, help="first server port")
+    parser.add_argument("--base-port", type=arguments.port, default=8401, help="first server port")
     parser.add_argument("--out", type=Path, default=Path("out/bench"), help="output directory")
     parser.add_argument(
         "--start-timeout", type=real(0, example=900), default=900, help="seconds to /health"

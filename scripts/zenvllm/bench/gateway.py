@@ -21,6 +21,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from zenvllm.core import gate
 from zenvllm.core.errors import UserError
 from zenvllm.image import outputs
 from zenvllm.image.engine import DOCKER
@@ -96,11 +97,13 @@ def playbook_command() -> str:
 
 
 def site_is_ours(site: Path) -> bool:
-    try:
-        head = site.read_text(errors="replace").splitlines()[:5]
-    except OSError:
+    if site.is_symlink():
         return False
-    return not site.is_symlink() and any(line.startswith(SITE_HEADER) for line in head)
+    try:
+        text = gate.read_text(site, gate.SMALL, "", optional=True) or ""
+    except gate.InputError:  # a FIFO, a huge or a binary file: not a site zenvllm wrote
+        return False
+    return any(line.startswith(SITE_HEADER) for line in text.splitlines()[:5])
 
 
 def check_paths(d: Deployment) -> None:
@@ -145,8 +148,10 @@ def deploy(d: Deployment, log: Path, timeout_s: float = 1800) -> None:
             )
         except subprocess.TimeoutExpired:
             raise RuntimeError(f"deploy.yml ran over {timeout_s:.0f} s; see {log}") from None
+        finally:
+            outputs.seal(d.work)  # what the play wrote there is zenvllm's too
     if done.returncode != 0:
-        tail = "\n".join(log.read_text().splitlines()[-25:])
+        tail = "\n".join(gate.tail(log).splitlines()[-25:])
         raise RuntimeError(f"deploy.yml failed (exit {done.returncode}):\n{tail}")
 
 

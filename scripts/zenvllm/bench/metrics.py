@@ -14,6 +14,7 @@ import os
 import time
 from pathlib import Path
 
+from zenvllm.core import gate
 from zenvllm.core.errors import UserError
 
 HEADER = "# zenvllm bench results (zenvllm bench --metrics-file)\n"
@@ -65,9 +66,11 @@ def check_metrics_file(path: Path) -> None:
     if path.is_symlink() or path.is_dir():
         raise UserError(f"--metrics-file {path}: not a plain file; give a new file name")
     if path.exists():
-        with path.open(errors="replace") as f:
-            first = f.readline()
-        if first != HEADER:
+        try:
+            text = gate.read_text(path, gate.SMALL, "give a new file name") or ""
+        except gate.InputError as err:
+            raise UserError(f"--metrics-file {err}") from None
+        if text.splitlines(keepends=True)[:1] != [HEADER]:
             raise UserError(
                 f"--metrics-file {path}: this file was not written by zenvllm bench and stays; "
                 "give a new file name"

@@ -25,6 +25,7 @@ from zenvllm.bench import gateway, launch, layouts, report, results
 from zenvllm.bench.gateway import Deployment
 from zenvllm.bench.layouts import Configuration, Workload
 from zenvllm.bench.results import Run
+from zenvllm.core import gate
 from zenvllm.core.errors import UserError
 from zenvllm.image import outputs
 from zenvllm.image.engine import DOCKER
@@ -154,9 +155,9 @@ def run_clients(
         path = result_dir / result_name
         log = result_dir / result_name.replace(".json", ".log")
         if code != 0 or not path.is_file():
-            tail = "\n".join(log.read_text().splitlines()[-20:]) if log.is_file() else ""
+            tail = "\n".join(gate.tail(log).splitlines()[-20:])
             raise RuntimeError(f"client {result_name} failed (exit {code}):\n{tail}")
-        data = json.loads(path.read_text())
+        data = gate.read_json(path, gate.DOCUMENT, "the client's result is not vllm bench's")
         result = results.parse_client_result(data, str(path), path.stat().st_mtime)
         if server_counts:
             made = tokens_predicted(endpoints[i][0]) - before[i]

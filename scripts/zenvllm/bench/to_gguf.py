@@ -12,18 +12,18 @@ LlamaForCausalLM (and Qwen2 without attention biases), byte-level BPE tokenizers
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shutil
-import struct
 from collections.abc import Iterator
 from pathlib import Path
 
 import gguf
 import numpy as np
 
+from zenvllm.core import gate
 from zenvllm.core.errors import UserError
+from zenvllm.core.model import safetensors_header
 
 # Part of the cache key: a change to what write_gguf writes makes new files.
 CONVERTER_VERSION = 1
@@ -62,10 +62,8 @@ def gguf_name(hf: str) -> str:
 
 def safetensors_bf16(path: Path) -> Iterator[tuple[str, np.ndarray]]:
     """(name, uint16 bf16 bits) for each tensor of one safetensors file."""
-    with path.open("rb") as f:
-        (length,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(length))
-    data = np.memmap(path, dtype=np.uint8, mode="r", offset=8 + length)
+    _, data_start, header = safetensors_header(path)  # read_model checked the spans
+    data = np.memmap(path, dtype=np.uint8, mode="r", offset=data_start)
     for name, meta in header.items():
         if name == "__metadata__":
             continue
@@ -88,8 +86,10 @@ def unrotate(w: np.ndarray, heads: int) -> np.ndarray:
 
 
 def tokenizer_fields(model_dir: Path, cfg: dict) -> dict:
-    tok = json.loads((model_dir / "tokenizer.json").read_text())
-    model = tok.get("model", {})
+    where = model_dir / "tokenizer.json"
+    fix = "fix or re-download the model's tokenizer.json"
+    tok = gate.obj(gate.read_json(where, gate.DOCUMENT, fix), str(where), fix)
+    model = gate.obj(tok.get("model", {}), f"{where}: model", fix)
     if model.get("type") != "BPE" or (tok.get("pre_tokenizer") or {}).get("type") != "ByteLevel":
         raise UserError(
             f"{model_dir}/tokenizer.json: the llama.cpp peer converts byte-level BPE "
@@ -112,7 +112,7 @@ def tokenizer_fields(model_dir: Path, cfg: dict) -> dict:
 
 def write_gguf(model_dir: Path, out: Path, outtype: str) -> Path:
     """Write `out` (atomically: a temp file renamed into place) from `model_dir`."""
-    cfg = json.loads((model_dir / "config.json").read_text())
+    cfg = gate.read_json(model_dir / "config.json", gate.DOCUMENT, "")  # read_model checked it
     if not set(cfg.get("architectures", [])) & set(ARCHITECTURES):
         raise UserError(
             f"{model_dir}: architecture {cfg.get('architectures')} is not one the llama.cpp "
@@ -176,7 +176,7 @@ def cache_key(model_dir: Path) -> str:
     """What the GGUF is made from: the config, the tokenizer and each weight file's name,
     size and modification time (hashing GBs of weights on every bench run would not do)."""
     digest = hashlib.sha256(f"zenvllm-gguf-{CONVERTER_VERSION}".encode())
-    digest.update((model_dir / "config.json").read_bytes())
+    digest.update(gate.read_bytes(model_dir / "config.json", gate.DOCUMENT, ""))
     for path in sorted([model_dir / "tokenizer.json", *model_dir.glob("*.safetensors")]):
         st = path.stat()
         digest.update(f"{path.name}:{st.st_size}:{st.st_mtime_ns}".encode())

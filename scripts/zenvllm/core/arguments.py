@@ -44,6 +44,9 @@ def real(low: float, high: float | None = None, example: float = 1.0) -> Callabl
     return parse
 
 
+port = whole(1, 65535, example=8001)  # every verb's --base-port
+
+
 def instances(value: str) -> int | None:
     """'auto' (None) or a whole number of 1 or more."""
     return None if value == "auto" else whole(1, example=2)(value)

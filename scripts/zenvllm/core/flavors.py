@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from zenvllm.core import gate
 from zenvllm.core.errors import UserError
 from zenvllm.core.host import GIB, Cpu, Host, Node
 
@@ -60,6 +61,11 @@ PRESETS = {
 }
 
 
+# What a flavor's fields may be: Linux's most CPUs (NR_CPUS 8192), 1 PiB, its most nodes.
+LIMITS = {"vcpus": (1, 8192), "ram_gib": (1, 1 << 20), "numa": (1, 1024), "smt": (1, 2)}
+FLAVOR_FIX = "describe it as vcpus=N,ram_gib=N[,numa=N][,smt=1|2] (`openstack flavor show`)"
+
+
 def parse_flavor(spec: str) -> Flavor:
     if spec in PRESETS:
         return PRESETS[spec]
@@ -75,18 +81,23 @@ def parse_flavor(spec: str) -> Flavor:
     unknown = set(fields) - {"vcpus", "ram_gib", "numa", "smt", "cpu"}
     if unknown:
         raise UserError(f"flavor {spec!r}: unknown field(s) {sorted(unknown)}")
-    try:
-        flavor = Flavor(
-            vcpus=int(fields["vcpus"]),
-            ram_gib=int(fields["ram_gib"]),
-            numa=int(fields.get("numa", 1)),
-            smt=int(fields.get("smt", 1)),
-            cpu=fields.get("cpu", "genoa"),
+    missing = [k for k in ("vcpus", "ram_gib") if k not in fields]
+    if missing:
+        raise UserError(f"flavor {spec!r} lacks {missing[0]}=N")
+
+    def number(key: str, default: str) -> int:  # checked before anything is built from it
+        low, high = LIMITS[key]
+        return gate.whole_text(
+            fields.get(key, default), f"flavor {spec[:80]!r}: {key}", low, high, FLAVOR_FIX
         )
-    except KeyError as err:
-        raise UserError(f"flavor {spec!r} lacks {err.args[0]}=N") from None
-    except ValueError as err:
-        raise UserError(f"flavor {spec!r}: {err}") from None
+
+    flavor = Flavor(
+        vcpus=number("vcpus", ""),
+        ram_gib=number("ram_gib", ""),
+        numa=number("numa", "1"),
+        smt=number("smt", "1"),
+        cpu=fields.get("cpu", "genoa"),
+    )
     check_flavor(flavor, spec)
     return flavor
 

@@ -21,6 +21,7 @@ Standard library only.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -91,6 +92,26 @@ def read_bytes(path: Path, cap: int, fix: str, optional: bool = False) -> bytes 
     if len(data) > cap:
         raise InputError(f"{path} holds more than {cap:,} bytes, the limit for this file; {fix}")
     return data
+
+
+def tail(path: Path, nbytes: int = 256 * KIB) -> str:
+    """The end of a log, for showing: bounded whatever its size, undecodable bytes
+    replaced; "" when it is missing or not a regular file."""
+    try:
+        with regular(path, "") as (f, size):
+            f.seek(max(0, size - nbytes))
+            return f.read(nbytes).decode("utf-8", errors="replace")
+    except (InputError, OSError):
+        return ""
+
+
+def digest(path: Path) -> str:
+    """SHA-256 of a regular file, read in chunks (any size, bounded memory)."""
+    sha = hashlib.sha256()
+    with regular(path, "zenvllm hashes only the regular files it wrote") as (f, _):
+        while chunk := f.read(MIB):
+            sha.update(chunk)
+    return sha.hexdigest()
 
 
 def decode(data: bytes, source: str, fix: str) -> str:

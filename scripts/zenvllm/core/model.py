@@ -82,13 +82,9 @@ def kv_bytes_per_token(config: dict, dtype_bytes: int) -> int | None:
     return layers * kv_heads * head_dim * 2 * dtype_bytes
 
 
-def safetensors_spans(path: Path) -> tuple[int, list[tuple[int, int]]]:
-    """Where one .safetensors file's tensor data starts, and each tensor's byte span in
-    it, from its header alone (through the gate: a bounded read, never the tensors).
-
-    A download cut short is the commonest broken model: the header must parse, every
-    tensor must lie inside the file and no two may share bytes, or the user hears which
-    file and why."""
+def safetensors_header(path: Path) -> tuple[int, int, dict]:
+    """(file size, where the tensor data starts, the header as a JSON object), read
+    through the gate: at most safetensors' own header limit, never the tensors."""
     fix = "download or convert it again"
     with gate.regular(path, fix) as (f, size):
         head = f.read(8)
@@ -104,12 +100,20 @@ def safetensors_spans(path: Path) -> tuple[int, list[tuple[int, int]]]:
                 f"truncated or not safetensors; {fix}"
             )
         raw = f.read(header_len)
-    header = gate.obj(
-        gate.parse_json(gate.decode(raw, f"{path} (header)", fix), f"{path} (header)", fix),
-        f"{path}: the header",
-        fix,
-    )
-    data = size - 8 - header_len
+    where = f"{path} (header)"
+    header = gate.obj(gate.parse_json(gate.decode(raw, where, fix), where, fix), where, fix)
+    return size, 8 + header_len, header
+
+
+def safetensors_spans(path: Path) -> tuple[int, list[tuple[int, int]]]:
+    """Where one .safetensors file's tensor data starts, and each tensor's byte span in it.
+
+    A download cut short is the commonest broken model: the header must parse, every
+    tensor must lie inside the file and no two may share bytes, or the user hears which
+    file and why."""
+    fix = "download or convert it again"
+    size, data_start, header = safetensors_header(path)
+    data = size - data_start
     spans = []
     for key, tensor in header.items():
         if key == "__metadata__":
@@ -137,7 +141,7 @@ def safetensors_spans(path: Path) -> tuple[int, list[tuple[int, int]]]:
                 f"{path}: two tensors share bytes {start:,} to {end:,} of its data; "
                 f"the header is corrupt; {fix}"
             )
-    return 8 + header_len, spans
+    return data_start, spans
 
 
 def safetensors_bytes(path: Path) -> int:

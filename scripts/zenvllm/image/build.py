@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from zenvllm.core import gate
 from zenvllm.core.errors import UserError
 from zenvllm.image.engine import Cli
 
@@ -196,7 +197,7 @@ def run_build(argv: list[str], env: dict[str, str], log: Path | None = None) -> 
     with log.open("w") as out:
         status = cli.call(*argv[1:], out=out)
     if status != 0:
-        lines = log.read_text().splitlines(keepends=True)
+        lines = gate.tail(log).splitlines(keepends=True)
         raise UserError(failure_message(status, lines, log))
 
 
@@ -238,7 +239,7 @@ def build_context(
         iidfile = Path(tmp) / "iid"
         argv = build_argv(engine, context, tag, network, base_image, iidfile, no_cache)
         run_build(argv, build_env(engine), log)
-        return bare_id(iidfile.read_text())
+        return bare_id(gate.read_text(iidfile, gate.SYSFS, "") or "")
 
 
 def bare_id(image: str) -> str:

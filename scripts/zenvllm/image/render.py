@@ -17,6 +17,7 @@ import jinja2
 import yaml
 
 from zenvllm import SHIPPED_LAYERS
+from zenvllm.core import gate
 from zenvllm.core.errors import ConfigError, UserError
 from zenvllm.core.targets import TARGETS
 from zenvllm.image import matrix, outputs
@@ -63,8 +64,8 @@ class Context:
 def load_config(path: Path | None = None) -> dict:
     path = path or DOCKERFILES / "build.yaml"
     try:
-        return yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as err:
+        return yaml.safe_load(gate.read_text(path, gate.SMALL, "give zenvllm's own build.yaml"))
+    except yaml.YAMLError as err:
         raise ConfigError(f"cannot read the build configuration {path}: {err}") from err
 
 
@@ -178,11 +179,15 @@ def overrides_txt(config: dict) -> str:
 
 
 def template_env(override: Path | None) -> jinja2.Environment:
-    search = [str(DOCKERFILES)]
+    """zenvllm's templates, and the user's override (read through the gate, so a FIFO,
+    a huge or a non-UTF-8 file is refused by name; it extends parent_template)."""
+    loader: jinja2.BaseLoader = jinja2.FileSystemLoader([str(DOCKERFILES)])
     if override is not None:
-        search.insert(0, str(override.parent))
+        fix = "give --override a UTF-8 template that {% extends parent_template %}"
+        text = gate.read_text(override, gate.SMALL, fix)
+        loader = jinja2.ChoiceLoader([jinja2.DictLoader({override.name: text}), loader])
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(search),
+        loader=loader,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,

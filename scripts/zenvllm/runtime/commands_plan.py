@@ -60,7 +60,7 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
         default="contiguous",
         help="cores of an instance side by side (L3-packed) or every k-th",
     )
-    parser.add_argument("--base-port", type=whole(1, 65535, example=8001), default=8001)
+    parser.add_argument("--base-port", type=arguments.port, default=8001)
     parser.add_argument(
         "--kv-cache-gib", type=whole(1, example=4), help="KV cache per instance (default sized)"
     )

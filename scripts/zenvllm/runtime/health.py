@@ -7,6 +7,8 @@ import sys
 import urllib.request
 from pathlib import Path
 
+from zenvllm.core import gate
+
 # The launcher records "HOST PORT" it gave vLLM: behind a router an instance listens
 # on the host's private address only, where 127.0.0.1 would find nothing.
 LISTEN_FILE = Path("/tmp/zenvllm.listen")
@@ -16,8 +18,8 @@ WILDCARDS = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1", "[::]": "::1"
 def listen() -> tuple[str, str]:
     """(host, port) to probe: the recorded ones, else loopback and ZENVLLM_PORT (or 8000)."""
     try:
-        host, port = LISTEN_FILE.read_text().split()
-    except (OSError, ValueError):
+        host, port = (gate.read_text(LISTEN_FILE, 256, "", optional=True) or "").split()
+    except (gate.InputError, ValueError):
         host, port = "", os.environ.get("ZENVLLM_PORT", "8000")
     return WILDCARDS.get(host, host), port
 
