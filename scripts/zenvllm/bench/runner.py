@@ -8,7 +8,6 @@ an interrupted run never leaves a half-written result.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
@@ -70,7 +69,8 @@ def port_in_use(port: int) -> bool:
 
 def get_json(url: str, timeout: float = 5) -> object:
     with urllib.request.urlopen(url, timeout=timeout) as reply:
-        return json.loads(reply.read() or b"null")
+        text = gate.decode(reply.read(gate.DOCUMENT) or b"null", url, "is it a vLLM server?")
+    return gate.parse_json(text, url, "is it a vLLM server?")
 
 
 def logs_tail(name: str, lines: int = 25) -> str:
