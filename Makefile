@@ -19,7 +19,7 @@ PYTEST  := mkdir -p $(CURDIR)/.cache && $(BIN)/pytest -p no:cacheprovider --base
 
 TIERS   := fast image serve ansible bench reliability
 
-.PHONY: help venv lint unit test test-fast engine base-image tiny-model image deploy undeploy \
+.PHONY: help venv lint unit test test-fast fuzz engine base-image tiny-model image deploy undeploy \
         model-given bench peer-image bench-images test-image test-serve test-ansible test-bench \
         test-reliability clean
 
@@ -28,6 +28,7 @@ help:
 	@echo "make undeploy           remove what deploy made (the model and the image stay)"
 	@echo "make test               every test tier, as CI runs it"
 	@echo "make test-fast          lint + pure-logic unit tests"
+	@echo "make fuzz               the bad-input fuzz campaign, longer (FUZZ_EXAMPLES=2000)"
 	@echo "make image [TARGET=..]  build an image (vllm-openai, zen, pace)"
 	@echo "make bench [MODEL=DIR]  benchmark stock vLLM, the planned layouts and the peers"
 	@echo "make bench-images       image sizes and cold/warm build times"
@@ -47,6 +48,13 @@ unit: venv
 	$(PYTEST) -q tests/unit
 
 test-fast: lint unit
+
+# The fuzz campaign of tests/unit/test_fuzz_inputs.py with a longer, random budget
+# (test-fast runs 20 derandomized examples per target). FUZZ_EXAMPLES=N to change it.
+FUZZ_EXAMPLES ?= 2000
+fuzz: venv
+	mkdir -p .cache && ZENVLLM_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) ZENVLLM_FUZZ_RANDOM=1 $(BIN)/pytest \
+	  -p no:cacheprovider --basetemp=.cache/pytest-fuzz -q tests/unit/test_fuzz_inputs.py
 
 engine:
 	scripts/engine.sh
