@@ -241,12 +241,16 @@ def test_cli_render_replaces_a_context_it_made_whole_with_normal_permissions(tmp
         return subprocess.run(argv, capture_output=True, text=True, env=ENV, check=False)
 
     assert run_render().returncode == 0
-    (out / "stale.txt").write_text("old")  # inside a directory zenvllm owns
-    done = run_render()
+    first = (out / "Dockerfile").stat().st_ino
+    done = run_render()  # nobody changed it: zenvllm's to replace, whole
     assert done.returncode == 0, done.stderr
-    assert not (out / "stale.txt").exists() and (out / "Dockerfile").exists()
+    assert (out / "Dockerfile").stat().st_ino != first
     assert (out / ".zenvllm-output").is_file() and out.stat().st_mode & 0o777 == 0o755
     assert [p.name for p in tmp_path.iterdir()] == ["ctx"]
+    (out / "mine.txt").write_text("mine")  # once changed, it is no longer zenvllm's alone
+    done = run_render()
+    assert done.returncode == 2 and "changed since (added mine.txt)" in done.stderr
+    assert (out / "mine.txt").read_text() == "mine"
 
 
 def test_build_configuration_passes_yamllint():
