@@ -337,7 +337,7 @@ def print_plan(
     return 0
 
 
-positive = whole(1)
+positive = whole(1, 1_000_000)  # repeats, lengths, prompts, concurrency: far past a bench
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -372,7 +372,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="never fall back to --enforce-eager (the image has a C++ compiler)",
     )
-    parser.add_argument("--max-model-len", type=positive, help="served context length")
+    parser.add_argument(
+        "--max-model-len", type=arguments.max_model_len, help="served context length"
+    )
     parser.add_argument("--image", help="vllm-openai image tag (default: what make image builds)")
     parser.add_argument("--zen-image", help="zen image tag (default: make image TARGET=zen)")
     parser.add_argument(
@@ -387,7 +389,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--base-port", type=arguments.port, default=8401, help="first server port")
     parser.add_argument("--out", type=Path, default=Path("out/bench"), help="output directory")
     parser.add_argument(
-        "--start-timeout", type=real(0, example=900), default=900, help="seconds to /health"
+        "--start-timeout", type=real(0, 86400, example=900), default=900, help="seconds to /health"
     )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNGs (no matplotlib)")
     parser.add_argument(

@@ -44,7 +44,9 @@ def real(low: float, high: float | None = None, example: float = 1.0) -> Callabl
     return parse
 
 
-port = whole(1, 65535, example=8001)  # every verb's --base-port
+# One validator per option that several verbs take, with the limit it names.
+port = whole(1, 65535, example=8001)  # --base-port
+max_model_len = whole(1, 1 << 24, example=4096)  # --max-model-len: 16 M tokens, past any model
 
 
 def instances(value: str) -> int | None:

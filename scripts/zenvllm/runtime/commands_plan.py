@@ -62,7 +62,9 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--base-port", type=arguments.port, default=8001)
     parser.add_argument(
-        "--kv-cache-gib", type=whole(1, example=4), help="KV cache per instance (default sized)"
+        "--kv-cache-gib",
+        type=whole(1, 1 << 20, example=4),
+        help="KV cache per instance (default sized)",
     )
     parser.add_argument(
         "--kv-fraction",
@@ -77,7 +79,7 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
         help="instances are named PREFIX-0, PREFIX-1, ... (a deployment's name)",
     )
     parser.add_argument(
-        "--max-model-len", type=whole(1, example=4096), help="context length vLLM will serve"
+        "--max-model-len", type=arguments.max_model_len, help="context length vLLM will serve"
     )
     parser.add_argument(
         "--calibration",
