@@ -112,7 +112,7 @@ def tokens_predicted(url: str) -> int:
     """llama-server's own count of the tokens it generated (its Prometheus counter)."""
     try:
         with urllib.request.urlopen(f"{url}/metrics", timeout=10) as reply:
-            lines = reply.read().decode().splitlines()
+            lines = reply.read(gate.DOCUMENT).decode("utf-8", errors="replace").splitlines()
     except OSError as err:  # the configuration fails, not the run
         raise RuntimeError(f"{url}/metrics: {err}") from None
     for line in lines:
