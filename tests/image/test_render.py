@@ -265,3 +265,23 @@ def test_build_configuration_passes_yamllint():
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_source_edited_in_place_after_a_render_leaves_the_context_whole(tmp_path):
+    """Small files are copied, not linked: an edit in place of the source (same inode)
+    must not change the context behind its manifest, or the next render would refuse."""
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    (certs / "corp.crt").write_text("A\n")
+    out = tmp_path / "ctx"
+    argv = [*CLI, "render", "--extra-ca-certs", str(certs), "--output", str(out)]
+
+    def render_() -> subprocess.CompletedProcess:
+        return subprocess.run(argv, capture_output=True, text=True, env=ENV, check=False)
+
+    assert render_().returncode == 0
+    with (certs / "corp.crt").open("r+") as f:
+        f.write("B")
+    done = render_()
+    assert done.returncode == 0, done.stderr
+    assert (out / "certs" / "corp.crt").read_text() == "B\n"

@@ -291,11 +291,20 @@ def render(config: dict, request: Request) -> Context:
     )
 
 
+LINK_FROM = 1 << 20  # bytes: wheels are linked, the package's files and certificates copied
+
+
 def _link_or_copy(src: Path, dest: Path) -> None:
-    try:
-        dest.hardlink_to(src)  # a wheelhouse of GBs costs nothing on the same filesystem
-    except OSError:
-        shutil.copy2(src, dest)
+    """A wheelhouse of GBs costs nothing when linked on the same filesystem. Small files
+    are copied: an edit in place of a linked source file would change the context behind
+    its manifest, and the next render would rightly refuse to replace it."""
+    if src.stat().st_size >= LINK_FROM:
+        try:
+            dest.hardlink_to(src)
+            return
+        except OSError:
+            pass
+    shutil.copy2(src, dest)
 
 
 def write_context(context: Context, output: Path, option: str = "--output") -> Path:
