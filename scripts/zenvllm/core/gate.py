@@ -83,9 +83,7 @@ def read_bytes(path: Path, cap: int, fix: str, optional: bool = False) -> bytes 
     try:
         with regular(path, fix) as (f, _):
             data = f.read(cap + 1)
-    except InputError:
-        raise
-    except OSError as err:
+    except OSError as err:  # the gate's own refusals are not OSErrors: they pass on
         if optional:
             return None
         raise InputError(f"{path}: {err.strerror or err}; {fix}") from None
@@ -165,19 +163,17 @@ def parse_json(text: str, source: str, fix: str) -> Any:
         except InputError as err:
             raise InputError(f"{err}; {fix}") from None
 
+    too_deep = InputError(f"{source}: JSON nested deeper than {MAX_DEPTH} levels; {fix}")
     try:
         value = json.loads(text, parse_constant=constant, parse_float=number, parse_int=number)
     except json.JSONDecodeError as err:
         raise InputError(
             f"{source}: not valid JSON at line {err.lineno} column {err.colno} ({err.msg}); {fix}"
         ) from None
-    except RecursionError:
-        value = None
-        deep = True
-    else:
-        deep = _depth(value) > MAX_DEPTH
-    if deep:
-        raise InputError(f"{source}: JSON nested deeper than {MAX_DEPTH} levels; {fix}")
+    except RecursionError:  # the parser recursed past Python's limit
+        raise too_deep from None
+    if _depth(value) > MAX_DEPTH:
+        raise too_deep
     return value
 
 
