@@ -17,6 +17,7 @@ from zenvllm.core import gate
 from zenvllm.core.host import Host
 from zenvllm.core.model import Model
 from zenvllm.core.policy import Policy
+from zenvllm.core.topology import MAX_CPU_ID
 
 DEFAULT_PATH = "/etc/zenvllm/calibration.json"
 FORMAT = 1
@@ -93,13 +94,16 @@ def parse(text: str, source: str) -> Calibration:
     def whole(d: dict, key: str, where: str = "", high: int = 1 << 20) -> int:
         return gate.whole(field(d, key, where), f"{label}: {where}{key}", 1, high, fix)
 
+    def string(d: dict, key: str, where: str = "") -> str:
+        return gate.text(field(d, key, where), f"{label}: {where}{key}", fix)
+
     def gbs(d: dict, key: str, where: str = "") -> float:
         return gate.number(field(d, key, where), f"{label}: {where}{key}", 0, MAX_GBS, fix)
 
     nodes = {}
     for key, value in gate.obj(field(data, "nodes", ""), f"{label}: nodes", fix).items():
         where = f"nodes.{key[:20]}."
-        node_id = gate.whole_text(key, f"{label}: nodes key {key[:20]!r}", 0, 8191, fix)
+        node_id = gate.whole_text(key, f"{label}: nodes key {key[:20]!r}", 0, MAX_CPU_ID, fix)
         node = gate.obj(value, f"{label}: {where[:-1]}", fix)
         nodes[node_id] = NodeFigure(whole(node, "cores", where), gbs(node, "gbs", where))
     steps = []
@@ -108,7 +112,7 @@ def parse(text: str, source: str) -> Calibration:
         step = gate.obj(value, f"{label}: {where[:-1]}", fix)
         steps.append(
             StepFigure(
-                gate.text(field(step, "model", where), f"{label}: {where}model", fix),
+                string(step, "model", where),
                 whole(step, "weight_bytes", where, 1 << 50),
                 whole(step, "cores", where),
                 gate.number(field(step, "ms", where), f"{label}: {where}ms", 0, 1e7, fix),
@@ -117,10 +121,10 @@ def parse(text: str, source: str) -> Calibration:
     if not nodes:
         raise gate.InputError(f"{label}: nodes is empty; at least one node is measured; {fix}")
     cal = Calibration(
-        cpu_model=gate.text(field(data, "cpu_model", ""), f"{label}: cpu_model", fix),
+        cpu_model=string(data, "cpu_model"),
         cpus=whole(data, "cpus"),
-        measured_at=gate.text(field(data, "measured_at", ""), f"{label}: measured_at", fix),
-        method=gate.text(field(data, "method", ""), f"{label}: method", fix),
+        measured_at=string(data, "measured_at"),
+        method=string(data, "method"),
         core_alone_gbs=gbs(data, "core_alone_gbs"),
         nodes=nodes,
         steps=tuple(steps),

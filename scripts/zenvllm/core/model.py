@@ -34,6 +34,7 @@ class Model:
 
 
 CONFIG_FIX = "fix the model's config.json (it must match the weights)"
+WEIGHTS_FIX = "download or convert it again"
 MAX_MODEL_GIB = 1 << 20  # 1 PiB: beyond any host's memory
 
 
@@ -85,7 +86,7 @@ def kv_bytes_per_token(config: dict, dtype_bytes: int) -> int | None:
 def safetensors_header(path: Path) -> tuple[int, int, dict]:
     """(file size, where the tensor data starts, the header as a JSON object), read
     through the gate: at most safetensors' own header limit, never the tensors."""
-    fix = "download or convert it again"
+    fix = WEIGHTS_FIX
     with gate.regular(path, fix) as (f, size):
         head = f.read(8)
         if len(head) < 8:
@@ -111,7 +112,7 @@ def safetensors_spans(path: Path) -> tuple[int, list[tuple[int, int]]]:
     A download cut short is the commonest broken model: the header must parse, every
     tensor must lie inside the file and no two may share bytes, or the user hears which
     file and why."""
-    fix = "download or convert it again"
+    fix = WEIGHTS_FIX
     size, data_start, header = safetensors_header(path)
     data = size - data_start
     spans = []

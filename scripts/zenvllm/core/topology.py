@@ -43,7 +43,7 @@ def parse_cpu_list(text: str) -> tuple[int, ...]:
         bounds = (lo, hi) if sep else (lo,)
         if not all(b.isascii() and b.isdigit() for b in bounds):
             raise ValueError(f"bad CPU list {text.strip()[:60]!r}: cannot parse {part[:40]!r}")
-        start, stop = (int(b[:6]) if len(b) <= 6 else MAX_CPU_ID + 1 for b in (lo, hi or lo))
+        start, stop = (int(b) if len(b) <= 6 else MAX_CPU_ID + 1 for b in (lo, hi or lo))
         if stop < start or stop > MAX_CPU_ID:
             raise ValueError(
                 f"bad CPU list {text.strip()[:60]!r}: {part!r} is not a range of ids "
