@@ -15,20 +15,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.hostile import LLAMA_CONFIG, special_file
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hosts"
 ZEN4 = FIXTURES / "test-machine-zen4-2cpu"
 CGROUP2 = FIXTURES / "container-cgroup2-cpuset4-7"
-CONFIG = {
-    "architectures": ["LlamaForCausalLM"],
-    "hidden_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 512,
-    "torch_dtype": "bfloat16",
-}
+CONFIG = LLAMA_CONFIG
 
 
 def zenvllm(
@@ -198,9 +191,7 @@ def test_a_template_override_with_a_bad_byte_is_named(tmp_path):
 
 
 def fifo(path: Path) -> Path:
-    path.unlink(missing_ok=True)
-    os.mkfifo(path)
-    return path
+    return special_file(path, "fifo")
 
 
 def test_a_fifo_for_a_model_shard_is_refused_without_blocking(tmp_path):

@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.hostile import LLAMA_CONFIG, special_file
 
 from zenvllm import cli
 from zenvllm.core import deployed
@@ -47,13 +48,7 @@ FUZZ = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 CONFIG = {
-    "architectures": ["LlamaForCausalLM"],
-    "hidden_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 512,
-    "torch_dtype": "bfloat16",
+    **LLAMA_CONFIG,
     "quantization_config": {
         "quant_method": "compressed-tensors",
         "config_groups": {"g": {"weights": {"num_bits": 8}, "input_activations": {}}},
@@ -145,23 +140,7 @@ KINDS = ["file"] * 6 + ["fifo", "directory", "device", "sparse", "missing"]
 
 def place(path: Path, kind: str, data: bytes) -> None:
     """Put `data` (or a special file of `kind`) at `path`, replacing what is there."""
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    elif path.exists() or path.is_symlink():
-        path.unlink()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if kind == "file":
-        path.write_bytes(data)
-    elif kind == "fifo":
-        os.mkfifo(path)
-    elif kind == "directory":
-        path.mkdir()
-    elif kind == "device":
-        path.symlink_to("/dev/zero")
-    elif kind == "sparse":
-        with path.open("wb") as f:
-            f.write(data[:64])
-            f.truncate(3 << 30)
+    special_file(path, kind, data)
 
 
 # ---------------------------------------------------------------- targets

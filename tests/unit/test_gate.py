@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import re
 import signal
-import socket
 import tracemalloc
 from pathlib import Path
 
 import pytest
+from support.hostile import special_file
 
 from zenvllm.core import gate
 
@@ -33,20 +32,6 @@ def no_hang():
     signal.signal(signal.SIGALRM, previous)
 
 
-def special(tmp_path: Path, kind: str) -> Path:
-    path = tmp_path / kind
-    if kind == "fifo":
-        os.mkfifo(path)
-    elif kind == "directory":
-        path.mkdir()
-    elif kind == "device":
-        path.symlink_to("/dev/zero")
-    elif kind == "socket":
-        sock = socket.socket(socket.AF_UNIX)
-        sock.bind(str(path))
-    return path
-
-
 @pytest.mark.parametrize(
     ("kind", "named"),
     [
@@ -57,7 +42,7 @@ def special(tmp_path: Path, kind: str) -> Path:
     ],
 )
 def test_only_regular_files_are_opened_and_nothing_blocks(tmp_path, kind, named):
-    path = special(tmp_path, kind)
+    path = special_file(tmp_path / kind, kind)
     for optional in (False, True):  # a missing sysfs file is None; a FIFO never is
         with pytest.raises(gate.InputError, match=f"{path} is {named}, not a regular file; fix"):
             gate.read_bytes(path, 100, "fix", optional=optional)
@@ -153,7 +138,7 @@ def test_a_log_tail_is_bounded_and_never_blocks(tmp_path):
     log = tmp_path / "log"
     log.write_bytes(b"x" * 1000 + b"\xffend\n")
     assert gate.tail(log, 5) == "\ufffdend\n"
-    assert gate.tail(special(tmp_path, "fifo")) == ""
+    assert gate.tail(special_file(tmp_path / "fifo", "fifo")) == ""
 
 
 # ---------------------------------------------------------------- the AST scan
