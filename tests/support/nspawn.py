@@ -56,6 +56,12 @@ REPO_PACKAGES = (
     "nftables",
     "prometheus",
     "prometheus-node-exporter",
+    # A cloud VM's first boot (tests/ansible/test_cloud_init.py): Debian's cloud-init in
+    # the image, and what the example user data installs; rsync for model delivery.
+    "cloud-init",
+    "locales",
+    "sudo",
+    "rsync",
 )
 RECIPE = 1  # bump when the rootfs recipe changes
 BRIDGE = "zvnsbr0"
@@ -155,6 +161,51 @@ def ensure_rootfs() -> Path:
     return dest
 
 
+# A cloud image's own settings (Debian's cloud images carry the like in cloud.cfg.d):
+# the seed is NoCloud, the hostname goes into /etc/hosts, and the address comes from
+# the bridge's networkd file, as a cloud's DHCP would give it, so cloud-init leaves
+# the network and the apt sources (the local repository) alone.
+CLOUD_IMAGE_PACKAGES = ("cloud-init", "locales")
+CLOUD_IMAGE_CFG = """\
+datasource_list: [NoCloud, None]
+manage_etc_hosts: true
+network: {config: disabled}
+apt_preserve_sources_list: true
+locale: C.UTF-8
+"""
+
+
+def ensure_cloud_layer() -> Path:
+    """An overlay layer over the rootfs with Debian's cloud-init installed, as in a cloud
+    image: booted with a NoCloud seed, the machine's first boot runs the user data."""
+    lower = ensure_rootfs()
+    key = hashlib.sha256(repr((lower.name, CLOUD_IMAGE_PACKAGES, CLOUD_IMAGE_CFG)).encode())
+    dest = cache_dir() / f"cloud-{key.hexdigest()[:12]}"
+    if dest.is_dir():
+        return dest
+    for old in dest.parent.glob("cloud-*"):
+        shutil.rmtree(old, ignore_errors=True)
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    upper, work, root = tmp / "upper", tmp / "work", tmp / "root"
+    for d in (upper, work, root):
+        d.mkdir(parents=True)
+    opts = f"lowerdir={lower},upperdir={upper},workdir={work}"
+    run("mount", "-t", "overlay", "overlay", "-o", opts, str(root))
+    try:
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        run("chroot", str(root), "apt-get", "update", "-qq", env=env)
+        run("chroot", str(root), "apt-get", "install", "-y", "-qq", *CLOUD_IMAGE_PACKAGES, env=env)
+        (root / "etc/cloud/cloud.cfg.d/90-test-image.cfg").write_text(CLOUD_IMAGE_CFG)
+        for lists in (root / "var/lib/apt/lists").glob("*_*"):
+            lists.unlink()
+    finally:
+        run("umount", str(root))
+    upper.rename(dest)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
 @dataclass
 class Machine:
     name: str
@@ -163,6 +214,8 @@ class Machine:
     key: Path
     pid: int  # systemd-nspawn's; a reboot gives a new one
     cpus: str = ""
+    flags: tuple = ()  # more systemd-nspawn options (a device bound in)
+    user: str = "root"  # who logs in with key (a cloud VM: its image's default user, sudo)
 
 
 def wait_ssh(address: str, timeout: float = 60) -> None:
@@ -178,7 +231,12 @@ def wait_ssh(address: str, timeout: float = 60) -> None:
     raise TimeoutError(f"{address}: no ssh after {timeout} s")
 
 
-def prepare_overlay(name: str, address: str, lower: Path, work: Path, pubkey: str) -> Path:
+def prepare_overlay(
+    name: str, address: str, lower: Path | str, work: Path, pubkey: str | None
+) -> Path:
+    """The machine's root: an overlay over lower (a path, or "top:...:bottom" layers),
+    with its name and address, and root's ssh key unless pubkey is None (a cloud VM
+    gets its user and key from cloud-init)."""
     upper, ovl_work, root = work / name / "upper", work / name / "work", work / name / "root"
     for d in (upper, ovl_work, root, work / name / "docker"):
         d.mkdir(parents=True, exist_ok=True)
@@ -195,14 +253,17 @@ def prepare_overlay(name: str, address: str, lower: Path, work: Path, pubkey: st
     network = root / "etc/systemd/network/10-host0.network"
     network.parent.mkdir(parents=True, exist_ok=True)
     network.write_text(f"[Match]\nName=host0\n\n[Network]\nAddress={address}/24\n")
-    ssh = root / "root/.ssh"
-    ssh.mkdir(mode=0o700, parents=True, exist_ok=True)
-    (ssh / "authorized_keys").write_text(pubkey)
-    (ssh / "authorized_keys").chmod(0o600)
+    if pubkey is not None:
+        ssh = root / "root/.ssh"
+        ssh.mkdir(mode=0o700, parents=True, exist_ok=True)
+        (ssh / "authorized_keys").write_text(pubkey)
+        (ssh / "authorized_keys").chmod(0o600)
     return root
 
 
-def boot(name: str, root: Path, docker_dir: Path, log: Path, cpus: str = "") -> int:
+def boot(
+    name: str, root: Path, docker_dir: Path, log: Path, cpus: str = "", flags: tuple = ()
+) -> int:
     env = {**os.environ, "SYSTEMD_NSPAWN_UNIFIED_HIERARCHY": "1"}
     with log.open("a") as out:
         proc = subprocess.Popen(
@@ -216,6 +277,7 @@ def boot(name: str, root: Path, docker_dir: Path, log: Path, cpus: str = "") -> 
                 f"--network-bridge={BRIDGE}",
                 f"--bind={docker_dir}:/var/lib/docker",
                 *([f"--cpu-affinity={cpus}"] if cpus else []),
+                *flags,
                 "--boot",
             ],
             stdin=subprocess.DEVNULL,
@@ -248,7 +310,8 @@ def reboot(machine: Machine, timeout: float = 120) -> float:
             [
                 "ssh",
                 *("-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"),
-                *("-i", str(machine.key), f"root@{machine.address}", "systemctl reboot"),
+                *("-i", str(machine.key), f"{machine.user}@{machine.address}"),
+                "sudo -n systemctl reboot" if machine.user != "root" else "systemctl reboot",
             ],
             capture_output=True,
             timeout=30,
@@ -267,6 +330,7 @@ def reboot(machine: Machine, timeout: float = 120) -> float:
         machine.root.parent / "docker",
         work / f"{machine.name}.log",
         machine.cpus,
+        machine.flags,
     )
     wait_ssh(machine.address, timeout)
     return time.monotonic() - start
