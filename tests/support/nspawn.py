@@ -289,6 +289,21 @@ def boot(
     return proc.pid
 
 
+SSH_OPTIONS = ("-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null")
+
+
+def ssh_argv(machine: Machine, command: str) -> list[str]:
+    """ssh to the machine as its login user, with the fleet's key."""
+    return [
+        "ssh",
+        *SSH_OPTIONS,
+        "-i",
+        str(machine.key),
+        f"{machine.user}@{machine.address}",
+        command,
+    ]
+
+
 def exit_status(pid: int) -> int | None:
     """The exit code of our child systemd-nspawn once it has ended, else None."""
     try:
@@ -307,12 +322,10 @@ def reboot(machine: Machine, timeout: float = 120) -> float:
     # The connection drops as the machine goes down; that is the point.
     with contextlib.suppress(subprocess.TimeoutExpired):
         subprocess.run(
-            [
-                "ssh",
-                *("-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"),
-                *("-i", str(machine.key), f"{machine.user}@{machine.address}"),
-                "sudo -n systemctl reboot" if machine.user != "root" else "systemctl reboot",
-            ],
+            ssh_argv(
+                machine,
+                "systemctl reboot" if machine.user == "root" else "sudo -n systemctl reboot",
+            ),
             capture_output=True,
             timeout=30,
             check=False,
@@ -359,36 +372,80 @@ def stop(machine: Machine) -> None:
     subprocess.run(["umount", "--lazy", str(machine.root)], capture_output=True, check=False)
 
 
+@dataclass(frozen=True)
+class FirstBoot:
+    """Boot the machines as new cloud VMs: the image has cloud-init, the NoCloud seed
+    holds this user data and the fleet's key as the instance's key pair (as Nova's
+    metadata does), no key is baked in for root, and each machine's disk image
+    (volumes[name]) is bound as its /dev/vdb through a loop device."""
+
+    user_data: str
+    volumes: dict[str, Path]
+    user: str = "debian"  # the Debian cloud image's default user
+
+
+def seed(root: Path, name: str, pubkey: str, user_data: str) -> None:
+    nocloud = root / "var/lib/cloud/seed/nocloud"
+    nocloud.mkdir(parents=True, exist_ok=True)
+    (nocloud / "user-data").write_text(user_data)
+    (nocloud / "meta-data").write_text(
+        f"instance-id: i-{name}\nlocal-hostname: {name}\npublic-keys:\n  - {pubkey.strip()}\n"
+    )
+
+
+def attach(image: Path) -> str:
+    return run("losetup", "--find", "--show", str(image)).stdout.strip()
+
+
 @contextlib.contextmanager
 def fleet(
-    names: list[str], work: Path, cpus: dict[str, str] | None = None
+    names: list[str],
+    work: Path,
+    cpus: dict[str, str] | None = None,
+    first_boot: FirstBoot | None = None,
 ) -> Iterator[list[Machine]]:
     """Boot one machine per name on a private bridge; tear everything down after.
 
     cpus gives a machine its own CPUs (a CPU list, e.g. "0"), as a real host has:
-    everything in it, the planner included, sees only those.
+    everything in it, the planner included, sees only those. first_boot makes them
+    cloud VMs at their first boot (FirstBoot).
     """
-    lower = ensure_rootfs()
+    lower: Path | str = ensure_rootfs()
+    if first_boot:
+        lower = f"{ensure_cloud_layer()}:{lower}"
     key = work / "id_ed25519"
     if not key.exists():
         run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key))
     pubkey = key.with_suffix(".pub").read_text()
     machines: list[Machine] = []
+    loops: list[str] = []
     bridge_up()
     try:
         for index, name in enumerate(names):
             address = f"{SUBNET}.{11 + index}"
-            root = prepare_overlay(name, address, lower, work, pubkey)
-            pid = boot(
-                name, root, work / name / "docker", work / f"{name}.log", (cpus or {}).get(name, "")
-            )
-            machines.append(Machine(name, address, root, key, pid, (cpus or {}).get(name, "")))
+            own_cpus = (cpus or {}).get(name, "")
+            flags: tuple = ()
+            if first_boot:
+                root = prepare_overlay(name, address, lower, work, None)
+                seed(root, name, pubkey, first_boot.user_data)
+                loops.append(attach(first_boot.volumes[name]))
+                # The console goes to the log: cloud-init writes to it, and an unread
+                # console blocks it once the terminal's buffer is full.
+                flags = (f"--bind={loops[-1]}:/dev/vdb", "--console=read-only")
+            else:
+                root = prepare_overlay(name, address, lower, work, pubkey)
+            log = work / f"{name}.log"
+            pid = boot(name, root, work / name / "docker", log, own_cpus, flags)
+            user = first_boot.user if first_boot else "root"
+            machines.append(Machine(name, address, root, key, pid, own_cpus, flags, user))
         for machine in machines:
             wait_ssh(machine.address)
         yield machines
     finally:
         for machine in machines:
             stop(machine)
+        for loop in loops:
+            subprocess.run(["losetup", "--detach", loop], capture_output=True, check=False)
         subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)
         for name in names:
             shutil.rmtree(work / name, ignore_errors=True)
