@@ -162,8 +162,10 @@ def test_ansible_reaches_the_host_as_the_inventory_does(vms):
         )
     )
     proc = subprocess.run(
-        [str(BIN / "ansible"), "-i", str(inventory), "zenvllm", "--become", "-m", "setup"]
-        + ["-a", "filter=ansible_user_id,ansible_python,ansible_mounts"],
+        [
+            *(str(BIN / "ansible"), "-i", str(inventory), "zenvllm", "--become"),
+            *("-m", "setup", "-a", "filter=ansible_user_id,ansible_python,ansible_mounts"),
+        ],
         cwd=REPO / "ansible",
         env={**env(), "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1", "ANSIBLE_STDOUT_CALLBACK": "json"},
         capture_output=True,
