@@ -13,6 +13,7 @@ A container's systemd ignores fstab's device entries, so the mount after a reboo
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import time
@@ -110,7 +111,7 @@ def test_first_boot_completes(vms):
         # and root refused with that key (cloud-init's disable_root: a forced command).
         assert on(machine, "id -un").strip() == "debian"
         assert on(machine, "sudo -n id -u").strip() == "0"
-        root = Machine(**{**machine.__dict__, "user": "root"})
+        root = dataclasses.replace(machine, user="root")
         refused = subprocess.run(ssh_argv(root, "true"), capture_output=True, text=True)
         assert refused.returncode != 0
         assert 'login as the user "debian"' in refused.stdout

@@ -45,42 +45,44 @@ class Cloud:
         return None
 
 
-def _handler(cloud: Cloud) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def _answer(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
+class Handler(BaseHTTPRequestHandler):
+    """Answers from the cassette of the server's Cloud (set once the port is known)."""
+
+    def _answer(self) -> None:
+        cloud: Cloud = self.server.cloud  # type: ignore[attr-defined]
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if raw:
             with contextlib.suppress(ValueError):
-                cloud.bodies.append(json.loads(raw)) if raw else None
-            cloud.requests.append(f"{self.command} {self.path}")
-            response = cloud.match(self.command, self.path)
-            if response is None:
-                cloud.unmatched.append(f"{self.command} {self.path}")
-                response = {"status": 501, "body": {"error": "not in the cassette"}}
-            body = json.dumps(response.get("body", "")).replace("{endpoint}", cloud.url)
-            payload = body.encode() if "body" in response else b""
-            self.send_response(response["status"])
-            for name, value in response.get("headers", {}).items():
-                self.send_header(name, value.replace("{endpoint}", cloud.url))
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
+                cloud.bodies.append(json.loads(raw))
+        cloud.requests.append(f"{self.command} {self.path}")
+        response = cloud.match(self.command, self.path)
+        if response is None:
+            cloud.unmatched.append(f"{self.command} {self.path}")
+            response = {"status": 501, "body": {"error": "not in the cassette"}}
+        payload = b""
+        if "body" in response:
+            payload = json.dumps(response["body"]).replace("{endpoint}", cloud.url).encode()
+        self.send_response(response["status"])
+        for name, value in response.get("headers", {}).items():
+            self.send_header(name, value.replace("{endpoint}", cloud.url))
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
 
-        do_GET = do_POST = do_HEAD = do_DELETE = _answer
+    do_GET = do_POST = do_HEAD = do_DELETE = _answer
 
-        def log_message(self, format: str, *args: object) -> None:  # quiet: tests read requests
-            return
-
-    return Handler
+    def log_message(self, format: str, *args: object) -> None:  # quiet: tests read requests
+        return
 
 
 @contextlib.contextmanager
 def replay(cassette: Path, host: str = "127.0.0.1") -> Iterator[Cloud]:
     interactions = json.loads(cassette.read_text())["interactions"]
-    server = ThreadingHTTPServer((host, 0), _handler(Cloud("", [])))
+    server = ThreadingHTTPServer((host, 0), Handler)
     cloud = Cloud(f"http://{host}:{server.server_address[1]}", interactions)
-    server.RequestHandlerClass = _handler(cloud)
+    server.cloud = cloud  # type: ignore[attr-defined]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
