@@ -29,7 +29,7 @@ import sys
 import pytest
 import yaml
 from conftest import REPO, require, require_tool
-from support import engine
+from support import engine, nspawn
 from support.ansible_run import ANSIBLE_DIR, changed_tasks, env, planner_snapshot, playbook
 from support.gateway import SECRETS
 from support.tiny_model import ensure_tiny_model
@@ -47,7 +47,7 @@ THEIRS_ANSWER = (
 STANDIN = "zenvllm/standin:test"
 STANDIN_DIR = REPO / "tests" / "support" / "standin"
 SECRET = "nspawn-api-key-3f9a"
-SSH_ARGS = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"
+SSH_ARGS = " ".join(nspawn.SSH_OPTIONS)
 SYSCTLS = {"net.core.somaxconn": 4096, "net.ipv4.tcp_max_syn_backlog": 2048}
 
 
@@ -71,7 +71,7 @@ def standin_archive(work) -> str:
 
 def ssh(machine, command: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(
-        ["ssh", *SSH_ARGS.split(), "-i", str(machine.key), f"root@{machine.address}", command],
+        nspawn.ssh_argv(machine, command),
         capture_output=True,
         text=True,
         timeout=600,
@@ -122,12 +122,11 @@ def hosts(tmp_path_factory):
     require_tool("systemd-nspawn")
     require_tool("debootstrap")
     require(engine.engine_ready(), "no container engine answers on DOCKER_HOST (make engine)")
-    from support.nspawn import fleet
 
     work = tmp_path_factory.mktemp("nspawn")
     archive = standin_archive(work)
     planner = planner_snapshot(work)
-    with fleet([*NAMES, DOCKER_CE], work) as machines:
+    with nspawn.fleet([*NAMES, DOCKER_CE], work) as machines:
         inventory = work / "inventory.yml"
         access = {
             "ansible_user": "root",

@@ -42,6 +42,22 @@ def operator_env(cloud: Cloud, where: Path) -> dict[str, str]:
     return {**env(), "OS_CLIENT_CONFIG_FILE": str(clouds_yaml(cloud, where)), "OS_CLOUD": "lab"}
 
 
+def against_cloud(argv: list[str], where: Path, cwd: Path | None = None):
+    """Run argv as an operator would, with clouds.yaml pointing at the replayed cloud;
+    returns the finished process and the cloud (what the clients asked of it)."""
+    with replay(CASSETTE) as cloud:
+        proc = subprocess.run(
+            argv,
+            cwd=cwd or where,
+            env=operator_env(cloud, where),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    return proc, cloud
+
+
 def unwrap(value):
     """ansible-inventory's JSON marks untrusted strings {"__ansible_unsafe": s}."""
     if isinstance(value, dict):
@@ -59,15 +75,9 @@ def inventory(tmp_path_factory) -> tuple[dict, Cloud, Path]:
     # As README says: a copy named so the plugin accepts it.
     source = where / "zenvllm.openstack.yml"
     shutil.copy(EXAMPLE, source)
-    with replay(CASSETTE) as cloud:
-        proc = subprocess.run(
-            [str(BIN / "ansible-inventory"), "-i", str(source), "--list"],
-            env=operator_env(cloud, where),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+    proc, cloud = against_cloud(
+        [str(BIN / "ansible-inventory"), "-i", str(source), "--list"], where
+    )
     assert proc.returncode == 0, proc.stderr
     assert "Failed to parse" not in proc.stderr, proc.stderr
     return unwrap(json.loads(proc.stdout)), cloud, source
@@ -115,16 +125,9 @@ def test_readme_inventory_commands(tmp_path):
     """README's inventory step, run as written in a copy of ansible/inventories."""
     (tmp_path / "inventories").mkdir()
     shutil.copy(EXAMPLE, tmp_path / "inventories")
-    with replay(CASSETTE) as cloud:
-        proc = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", block("openstack-inventory")],
-            cwd=tmp_path,
-            env=operator_env(cloud, tmp_path),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+    proc, _ = against_cloud(
+        ["bash", "-euo", "pipefail", "-c", block("openstack-inventory")], tmp_path
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     graph = proc.stdout.replace("|", "").split()
     zenvllm = graph.index("--@zenvllm:")
@@ -134,16 +137,11 @@ def test_readme_inventory_commands(tmp_path):
 def test_deploy_plays_target_the_inventory_groups(inventory, tmp_path):
     """deploy.yml's plays resolve to the servers the metadata put in each group."""
     _, _, source = inventory
-    with replay(CASSETTE) as cloud:
-        proc = subprocess.run(
-            [str(BIN / "ansible-playbook"), "-i", str(source), "deploy.yml", "--list-hosts"],
-            cwd=REPO / "ansible",
-            env=operator_env(cloud, tmp_path),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+    proc, _ = against_cloud(
+        [str(BIN / "ansible-playbook"), "-i", str(source), "deploy.yml", "--list-hosts"],
+        tmp_path,
+        cwd=REPO / "ansible",
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     plays = {}
     for chunk in proc.stdout.split("play #")[1:]:
@@ -158,16 +156,9 @@ def test_deploy_plays_target_the_inventory_groups(inventory, tmp_path):
 def test_flavor_planned_before_boot(tmp_path):
     """README's plan-before-boot commands: `openstack flavor show` (python-openstackclient)
     against the cloud, then `zenvllm plan --flavor` from its vCPUs and RAM (MiB)."""
-    with replay(CASSETTE) as cloud:
-        proc = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", block("openstack-flavor-plan")],
-            cwd=tmp_path,
-            env=operator_env(cloud, tmp_path),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+    proc, cloud = against_cloud(
+        ["bash", "-euo", "pipefail", "-c", block("openstack-flavor-plan")], tmp_path
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert not cloud.unmatched
     assert "GET /compute/v2.1/flavors/epyc-9454-24c-96g" in cloud.requests

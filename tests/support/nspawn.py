@@ -102,6 +102,18 @@ def packages_index(repo: Path) -> str:
     return "\n".join(stanzas)
 
 
+def apt_get(root: Path, *args: str) -> None:
+    """apt-get inside root (chroot), without questions."""
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    run("chroot", str(root), "apt-get", *args, env=env)
+
+
+def drop_apt_lists(root: Path) -> None:
+    """The downloaded package lists: a host refreshes its own from the local repo."""
+    for lists in (root / "var/lib/apt/lists").glob("*_*"):
+        lists.unlink()
+
+
 def build_rootfs(dest: Path) -> None:
     tmp = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -114,19 +126,9 @@ def build_rootfs(dest: Path) -> None:
         MIRROR,
     )
     # The dependency closure of what the roles install, relative to this rootfs.
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    run("chroot", str(tmp), "apt-get", "update", "-qq", env=env)
-    run(
-        "chroot",
-        str(tmp),
-        "apt-get",
-        "install",
-        "-y",
-        "-qq",
-        "--download-only",
-        "--no-install-recommends",
-        *REPO_PACKAGES,
-        env=env,
+    apt_get(tmp, "update", "-qq")
+    apt_get(
+        tmp, "install", "-y", "-qq", "--download-only", "--no-install-recommends", *REPO_PACKAGES
     )
     repo = tmp / "srv" / "localrepo"
     repo.mkdir(parents=True)
@@ -134,8 +136,7 @@ def build_rootfs(dest: Path) -> None:
         shutil.move(str(deb), repo / deb.name)
     (repo / "Packages").write_text(packages_index(repo))
     (tmp / "etc/apt/sources.list").write_text("deb [trusted=yes] file:/srv/localrepo ./\n")
-    for lists in (tmp / "var/lib/apt/lists").glob("*_*"):
-        lists.unlink()
+    drop_apt_lists(tmp)
     # Boot quickly and quietly: no getty on the console, networkd for the bridge address.
     run("chroot", str(tmp), "systemctl", "enable", "systemd-networkd", "ssh")
     run(
@@ -193,12 +194,10 @@ def ensure_cloud_layer() -> Path:
     opts = f"lowerdir={lower},upperdir={upper},workdir={work}"
     run("mount", "-t", "overlay", "overlay", "-o", opts, str(root))
     try:
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        run("chroot", str(root), "apt-get", "update", "-qq", env=env)
-        run("chroot", str(root), "apt-get", "install", "-y", "-qq", *CLOUD_IMAGE_PACKAGES, env=env)
+        apt_get(root, "update", "-qq")
+        apt_get(root, "install", "-y", "-qq", *CLOUD_IMAGE_PACKAGES)
         (root / "etc/cloud/cloud.cfg.d/90-test-image.cfg").write_text(CLOUD_IMAGE_CFG)
-        for lists in (root / "var/lib/apt/lists").glob("*_*"):
-            lists.unlink()
+        drop_apt_lists(root)
     finally:
         run("umount", str(root))
     upper.rename(dest)
