@@ -8,10 +8,23 @@ from __future__ import annotations
 
 from zenvllm.bench import commands_bench
 from zenvllm.image import commands_image
-from zenvllm.runtime import commands_calibrate, commands_doctor, commands_plan, console
+from zenvllm.runtime import (
+    commands_calibrate,
+    commands_doctor,
+    commands_model,
+    commands_plan,
+    console,
+)
 
 # In the order `--help` lists them.
-VERBS = (commands_plan, commands_doctor, commands_calibrate, commands_image, commands_bench)
+VERBS = (
+    commands_plan,
+    commands_doctor,
+    commands_calibrate,
+    commands_model,
+    commands_image,
+    commands_bench,
+)
 
 
 def main(argv: list[str] | None = None) -> int:

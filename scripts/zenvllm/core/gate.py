@@ -182,6 +182,14 @@ def read_json(path: Path, cap: int, fix: str, optional: bool = False) -> Any:
     return None if text is None else parse_json(text, str(path), fix)
 
 
+def read_stream(stream: BinaryIO, cap: int, source: str, fix: str) -> str:
+    """At most `cap` bytes of a pipe (a manifest on stdin), as UTF-8 text."""
+    data = stream.read(cap + 1)
+    if len(data) > cap:
+        raise InputError(f"{source} holds more than {cap:,} bytes, the limit for it; {fix}")
+    return decode(data, source, fix)
+
+
 def env_json(name: str, fix: str) -> Any:
     """JSON from the environment variable `name`; None when unset or empty."""
     text = os.environ.get(name) or ""

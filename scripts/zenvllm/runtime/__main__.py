@@ -4,6 +4,14 @@ Hosts and images receive only the core and runtime, so this entry imports only
 their verbs; on a workstation `zenvllm` (zenvllm.cli) has these and the rest.
 """
 
-from zenvllm.runtime import commands_calibrate, commands_doctor, commands_plan, console
+from zenvllm.runtime import (
+    commands_calibrate,
+    commands_doctor,
+    commands_model,
+    commands_plan,
+    console,
+)
 
-raise SystemExit(console.run((commands_plan, commands_doctor, commands_calibrate), None))
+raise SystemExit(
+    console.run((commands_plan, commands_doctor, commands_calibrate, commands_model), None)
+)
