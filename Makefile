@@ -102,11 +102,13 @@ test-image: venv engine base-image
 test-serve: venv engine base-image tiny-model
 	$(PYTEST) -q tests/serve
 
-# The nspawn hosts need systemd-nspawn and debootstrap (Debian packages).
+# The nspawn hosts need systemd-nspawn and debootstrap; the model's delivery, rsync (the
+# controller's side) and nginx (the mirror it fetches from). All Debian packages.
 test-ansible: venv engine
-	@command -v systemd-nspawn >/dev/null && command -v debootstrap >/dev/null || \
+	@command -v systemd-nspawn >/dev/null && command -v debootstrap >/dev/null && \
+	  command -v rsync >/dev/null && command -v nginx >/dev/null || \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	    --no-install-recommends systemd-container debootstrap >/dev/null; }
+	    --no-install-recommends systemd-container debootstrap rsync nginx >/dev/null; }
 	$(PYTEST) -q tests/ansible
 
 # The sweep: stock vLLM against every layout the planner considers, zen against plain

@@ -159,8 +159,8 @@ def hosts(tmp_path_factory):
             "zenvllm_image_source": "archive",
             "zenvllm_image_archive": archive,
             "zenvllm_model_dir": "/srv/models/tiny-llama",
-            # The model travels from the controller (the role's model_src path).
-            "zenvllm_instances_model_src": str(ensure_tiny_model()),
+            # The model travels from the controller: rsync, verified against its manifest.
+            "zenvllm_model_src": str(ensure_tiny_model()),
             "zenvllm_instances_kv_cache_gib": 1,
             "zenvllm_instances_planner_src": str(planner),
             "zenvllm_api_key": SECRET,

@@ -292,7 +292,8 @@ def fleet(tmp_path_factory):
             "zenvllm_image": IMAGE,
             # Under the test's own directory on both hosts: nothing of the machine's is touched.
             "zenvllm_model_dir": str(work / "model" / "tiny-llama"),
-            "zenvllm_instances_model_src": str(ensure_tiny_model()),
+            # Delivered by the instances role (rsync, verified), to both hosts.
+            "zenvllm_model_src": str(ensure_tiny_model()),
             "zenvllm_instances_deployment": DEPLOYMENT,
             "zenvllm_instances_count": 1,
             "zenvllm_instances_kv_cache_gib": 1,

@@ -68,6 +68,15 @@ def env() -> dict[str, str]:
     }
 
 
+def playbook_argv(*args: str, extra_vars: dict | None, playbook_file: str, cpus: str) -> list[str]:
+    argv = [str(BIN / "ansible-playbook"), playbook_file, *args]
+    if cpus:
+        argv = ["taskset", "--cpu-list", cpus, *argv]
+    if extra_vars:
+        argv += ["-e", json.dumps(extra_vars)]
+    return argv
+
+
 def playbook(
     *args: str,
     extra_vars: dict | None = None,
@@ -77,13 +86,8 @@ def playbook(
 ) -> Run:
     """ansible-playbook from ansible/, extra vars passed as JSON (types kept); with cpus
     (a CPU list), confined to those CPUs, so the planner on localhost sees only them."""
-    argv = [str(BIN / "ansible-playbook"), playbook_file, *args]
-    if cpus:
-        argv = ["taskset", "--cpu-list", cpus, *argv]
-    if extra_vars:
-        argv += ["-e", json.dumps(extra_vars)]
     proc = subprocess.run(
-        argv,
+        playbook_argv(*args, extra_vars=extra_vars, playbook_file=playbook_file, cpus=cpus),
         cwd=ANSIBLE_DIR,
         env=env(),
         capture_output=True,
@@ -91,12 +95,31 @@ def playbook(
         timeout=timeout,
         check=False,
     )
-    output = proc.stdout + proc.stderr
+    return finished(proc.returncode, proc.stdout + proc.stderr)
+
+
+def finished(rc: int, output: str) -> Run:
     recap = {
         m["host"]: {k: int(m[k]) for k in ("ok", "changed", "unreachable", "failed")}
         for m in RECAP.finditer(output)
     }
-    return Run(proc.returncode, output, recap)
+    return Run(rc, output, recap)
+
+
+def start_playbook(
+    *args: str, extra_vars: dict | None = None, playbook_file: str = "deploy.yml"
+) -> subprocess.Popen:
+    """ansible-playbook in the background, in a session of its own (a test cuts it
+    short by killing it and what it started)."""
+    return subprocess.Popen(
+        playbook_argv(*args, extra_vars=extra_vars, playbook_file=playbook_file, cpus=""),
+        cwd=ANSIBLE_DIR,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def changed_tasks(output: str) -> list[str]:

@@ -56,7 +56,7 @@ REPO_PACKAGES = (
     "nftables",
     "prometheus",
     "prometheus-node-exporter",
-    # A cloud VM's first boot (tests/ansible/test_cloud_init.py): Debian's cloud-init in
+    # A cloud VM's first boot (tests/ansible/test_cloud_vms.py): Debian's cloud-init in
     # the image, and what the example user data installs; rsync for model delivery.
     "cloud-init",
     "locales",
