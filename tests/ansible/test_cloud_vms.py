@@ -46,6 +46,7 @@ from support.nspawn import (
     fleet,
     ssh_argv,
 )
+from support.readme import block
 
 pytestmark = pytest.mark.ansible
 
@@ -314,12 +315,22 @@ def delivery(vms):
     (model / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64}))
     (model / "tokenizer.json").write_text(json.dumps({"version": "1.0", "model": {}}))
     (model / "model.safetensors").write_bytes(random.Random(7).randbytes(SHARD))
-    manifest = work / "manifest.json"
+    # The manifest as README's step 4 makes it, run as written.
+    (work / "Qwen2.5-1.5B-Instruct").symlink_to(model)
     made = subprocess.run(
-        [str(BIN / "zenvllm"), "model", "manifest", str(model)], capture_output=True, text=True
+        ["bash", "-euo", "pipefail", "-c", block("model-manifest")],
+        cwd=work,
+        env=env(),
+        capture_output=True,
+        text=True,
     )
     assert made.returncode == 0, made.stderr
-    manifest.write_text(made.stdout)
+    manifest = work / "Qwen2.5-1.5B-Instruct.manifest.json"
+    assert sorted(json.loads(manifest.read_text())["files"]) == [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+    ]
     inventory = work / "delivery-inventory.yml"
     inventory.write_text(
         yaml.safe_dump(

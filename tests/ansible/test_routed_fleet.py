@@ -8,7 +8,8 @@ machine and this machine, and Prometheus beside them.
       Prometheus :9090, node exporter
 
 The instances listen on their host's bridge address; the only way in is the
-gateway's key over TLS. Each "host" gets its own half of this machine's CPUs
+gateway's key over TLS. The model reaches both hosts through the play itself (the
+instances role's delivery: rsync from the controller, verified against its manifest). Each "host" gets its own half of this machine's CPUs
 (nspawn's CPU affinity, taskset for the plays here), as real hosts have their
 own cores: an instance (re)starting beside the other host's busy vLLM on a
 shared core was starved for minutes. Under load, every instance of one host is killed and a
@@ -30,6 +31,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import yaml
@@ -39,6 +41,9 @@ from support.ansible_run import ANSIBLE_DIR, changed_tasks, planner_snapshot, pl
 from support.load import BackgroundLoad
 from support.tiny_model import ensure_tiny_model
 from support.wheels import router_wheelhouse
+
+from zenvllm.core.modelfiles import Marker, parse_marker
+from zenvllm.runtime import modelsync
 
 pytestmark = pytest.mark.ansible
 
@@ -322,6 +327,17 @@ def test_deploy_puts_both_hosts_behind_one_endpoint(fleet):
     print(f"fleet deploy: {time.monotonic() - start:.0f} s")
     assert run.rc == 0 and run.failed() == 0, run.output[-6000:]
     assert SECRET not in run.output
+    # The model reached both hosts through the instances role, verified file by file.
+    model_dir = Path(fleet.variables["zenvllm_model_dir"])
+    record = {
+        ROUTER_HOST: fleet.ssh(f"cat {model_dir}/.zenvllm-model").stdout,
+        "here": (model_dir / ".zenvllm-model").read_text(),
+    }
+    wanted = Marker(modelsync.manifest_of(ensure_tiny_model()), {})
+    assert {where: parse_marker(text, where) for where, text in record.items()} == {
+        ROUTER_HOST: wanted,
+        "here": wanted,
+    }
     fleet.wait_router_healthy()
 
     # Distinct prompts: cache-aware routing has no prefix to follow and balances.
