@@ -9,10 +9,11 @@ machine and this machine, and Prometheus beside them.
 
 The instances listen on their host's bridge address; the only way in is the
 gateway's key over TLS. The model reaches both hosts through the play itself (the
-instances role's delivery: rsync from the controller, verified against its manifest). Each "host" gets its own half of this machine's CPUs
-(nspawn's CPU affinity, taskset for the plays here), as real hosts have their
-own cores: an instance (re)starting beside the other host's busy vLLM on a
-shared core was starved for minutes. Under load, every instance of one host is killed and a
+instances role's delivery: rsync from the controller, verified against its
+manifest). Each "host" gets its own half of this machine's CPUs (nspawn's CPU
+affinity, taskset for the plays here), as real hosts have their own cores: an
+instance (re)starting beside the other host's busy vLLM on a shared core was
+starved for minutes. Under load, every instance of one host is killed and a
 rolling update crosses both hosts: no request may fail. Prometheus must have
 every target up, its rules loaded, and data for every panel of the dashboard.
 """
