@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -132,9 +131,13 @@ def staged(path: Path, option: str) -> Iterator[Path]:
     """
     out = check_output(path, option)
     out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+    # A uuid4's 122 random bits: a directory of this name is this call's. It is made
+    # inside the try, so an interrupt right after the mkdir still removes it (with
+    # mkdtemp before the try, a Ctrl-C in between left it behind).
+    staging = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex}"
     try:
-        staging.chmod(0o755)  # mkdtemp makes 0700; outputs get normal permissions
+        staging.mkdir()
+        staging.chmod(0o755)  # outputs get normal permissions, whatever the umask
         yield staging
         seal(staging)
         swap(staging, out, option)
