@@ -323,3 +323,40 @@ def test_a_stale_shard_beside_an_index_is_not_counted(tmp_path):
     done = zenvllm("plan", "--root", str(ZEN4), "--model", str(d), "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["model"]["weight_gib"] == round(16 / 1024, 3)  # not 0.516
+
+
+# ---------------------------------------------------------------- model delivery
+
+
+@pytest.mark.parametrize(
+    ("kind", "data", "says"),
+    [
+        ("fifo", b"", "is a FIFO"),
+        ("device", b"", "is a character device"),
+        ("sparse", b"{", "holds more than 67,108,864 bytes"),
+        ("file", b'{"zenvllm_model_manifest": 1, "files": {"\xff": 1}}', "is not UTF-8"),
+        ("file", b'{"zenvllm_model_manifest": 1, "files": {"../etc/passwd": {}}}', "'..'"),
+        ("file", b"[" * 100 + b"]" * 100, "nested deeper than 64"),
+    ],
+)
+def test_a_bad_manifest_is_refused_and_the_model_directory_untouched(tmp_path, kind, data, says):
+    target = model(tmp_path)
+    before = sorted((p.name, p.read_bytes()) for p in target.iterdir())
+    manifest = special_file(tmp_path / "manifest.json", kind, data)
+    for action in ("check", "verify"):
+        done = zenvllm("model", action, str(target), "--manifest", str(manifest), timeout=20)
+        refused(done, says)
+    assert sorted((p.name, p.read_bytes()) for p in target.iterdir()) == before
+
+
+def test_a_manifest_on_stdin_is_bounded(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "zenvllm", "model", "verify", str(tmp_path), "--manifest", "-"],
+        input=b" " * (64 * 1024 * 1024 + 1),
+        capture_output=True,
+        env={**os.environ, "PYTHONPATH": str(SCRIPTS)},
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2 and b"Traceback" not in done.stderr
+    assert b"stdin holds more than 67,108,864 bytes" in done.stderr

@@ -221,6 +221,32 @@ def at_flavor(tmp: Path, data: bytes, kind: str):
     return ["plan", "--flavor", text], {}
 
 
+MANIFEST = {
+    "zenvllm_model_manifest": 1,
+    "files": {
+        "config.json": {
+            "size": 2,
+            "sha256": "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a",
+        }
+    },
+}
+
+
+def at_manifest(tmp: Path, data: bytes, kind: str):
+    (tmp / "m").mkdir()
+    (tmp / "m" / "config.json").write_bytes(b"{}")
+    place(tmp / "manifest.json", kind, data)
+    return ["model", "check", str(tmp / "m"), "--manifest", str(tmp / "manifest.json")], {}
+
+
+def at_model_marker(tmp: Path, data: bytes, kind: str):
+    (tmp / "m").mkdir()
+    (tmp / "m" / "config.json").write_bytes(b"{}")
+    place(tmp / "m" / ".zenvllm-model", kind, data)
+    (tmp / "manifest.json").write_text(json.dumps(MANIFEST))
+    return ["model", "check", str(tmp / "m"), "--manifest", str(tmp / "manifest.json")], {}
+
+
 TARGETS: dict[str, tuple[Run, object]] = {
     "config.json": (at_model_file("config.json"), CONFIG),
     "safetensors-header": (at_model_file("model.safetensors", pack=True), HEADER),
@@ -240,6 +266,11 @@ TARGETS: dict[str, tuple[Run, object]] = {
     "calibrate-out": (at_calibrate_out, CALIBRATION),
     "metrics-file": (at_metrics_file, None),
     "flavor": (at_flavor, None),
+    "model-manifest": (at_manifest, MANIFEST),
+    "model-marker": (
+        at_model_marker,
+        {"zenvllm_model": 1, "verified": MANIFEST["files"], "writing": {}},
+    ),
 }
 TEXT_SAMPLES = {  # for targets whose valid input is not JSON: a real one to mangle
     "cpu-online": b"0-1\n",

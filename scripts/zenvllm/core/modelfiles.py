@@ -72,13 +72,13 @@ def parse_files(value: Any, where: str, fix: str) -> Files:
         raise InputError(f"{where} lists {len(files):,} files, over {MAX_FILES:,}; {fix}")
     out = {}
     for path, raw in sorted(files.items()):
-        at = f"{where}.{path}"
+        at = f"{where}.{check_path(path, where, fix)}"
         entry = gate.obj(raw, at, fix)
         digest = gate.text(entry.get("sha256"), f"{at}.sha256", fix)
         if not SHA256.fullmatch(digest):
             raise InputError(f"{at}.sha256 is {gate.shown(digest)}, not 64 hex digits; {fix}")
         size = gate.whole(entry.get("size"), f"{at}.size", 0, MAX_SIZE, fix)
-        out[check_path(path, where, fix)] = Entry(size, digest)
+        out[path] = Entry(size, digest)
     return out
 
 
