@@ -307,6 +307,52 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@dataclasses.dataclass
+class Delivery:
+    machines: dict[str, Machine]
+    model: Path
+    manifest: Path
+    inventory: Path
+    play: Path
+    nginx: Nginx
+    planner: Path
+
+    def variables(self, extra: dict) -> dict:
+        return {"zenvllm_instances_planner_src": str(self.planner), **extra}
+
+    def run(self, host: str, *more: str, **extra) -> Run:
+        argv = ("-i", str(self.inventory), "--limit", host, *more)
+        return playbook(*argv, extra_vars=self.variables(extra), playbook_file=str(self.play))
+
+    def start(self, host: str, **extra) -> subprocess.Popen:
+        argv = ("-i", str(self.inventory), "--limit", host)
+        return start_playbook(*argv, extra_vars=self.variables(extra), playbook_file=str(self.play))
+
+    def size_on(self, host: str, pattern: str) -> int:
+        """The size of the first file matching the shell pattern on the host (0: none)."""
+        # sudo: rsync makes its partial directory 0700.
+        out = on(self.machines[host], f"sudo -n sh -c 'stat -c %s {pattern} 2>/dev/null' | head -1")
+        return int(out.strip() or 0)
+
+    def wait_for(self, host: str, pattern: str, proc: subprocess.Popen) -> int:
+        deadline = time.monotonic() + 120
+        while (size := self.size_on(host, pattern)) < MIB:
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            assert time.monotonic() < deadline, f"no {pattern} on {host}"
+            time.sleep(0.2)
+        return size
+
+    def hashes_on(self, host: str, directory: str) -> dict[str, str]:
+        out = on(
+            self.machines[host],
+            f"cd {directory} && sha256sum config.json tokenizer.json model.safetensors",
+        )
+        return {name: digest for digest, name in (line.split() for line in out.splitlines())}
+
+    def hashes(self) -> dict[str, str]:
+        return {p.name: sha256(p) for p in self.model.iterdir()}
+
+
 @pytest.fixture(scope="module")
 def delivery(vms):
     machines, _, _, work = vms
@@ -356,59 +402,6 @@ def delivery(vms):
     nginx = Nginx(work, work / "mirror")
     yield Delivery(machines, model, manifest, inventory, play, nginx, planner_snapshot(work))
     nginx.stop()
-
-
-@dataclasses.dataclass
-class Delivery:
-    machines: dict[str, Machine]
-    model: Path
-    manifest: Path
-    inventory: Path
-    play: Path
-    nginx: Nginx
-    planner: Path
-
-    def args(self, host: str, **extra) -> dict:
-        return {
-            "argv": ("-i", str(self.inventory), "--limit", host, str(self.play)),
-            "extra_vars": {"zenvllm_instances_planner_src": str(self.planner), **extra},
-        }
-
-    def run(self, host: str, *more: str, **extra) -> Run:
-        a = self.args(host, **extra)
-        return playbook(
-            *a["argv"][:-1], *more, extra_vars=a["extra_vars"], playbook_file=a["argv"][-1]
-        )
-
-    def start(self, host: str, **extra) -> subprocess.Popen:
-        a = self.args(host, **extra)
-        return start_playbook(
-            *a["argv"][:-1], extra_vars=a["extra_vars"], playbook_file=a["argv"][-1]
-        )
-
-    def size_on(self, host: str, pattern: str) -> int:
-        """The size of the first file matching the shell pattern on the host (0: none)."""
-        # sudo: rsync makes its partial directory 0700.
-        out = on(self.machines[host], f"sudo -n sh -c 'stat -c %s {pattern} 2>/dev/null' | head -1")
-        return int(out.strip() or 0)
-
-    def wait_for(self, host: str, pattern: str, proc: subprocess.Popen) -> int:
-        deadline = time.monotonic() + 120
-        while (size := self.size_on(host, pattern)) < MIB:
-            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-            assert time.monotonic() < deadline, f"no {pattern} on {host}"
-            time.sleep(0.2)
-        return size
-
-    def hashes_on(self, host: str, directory: str) -> dict[str, str]:
-        out = on(
-            self.machines[host],
-            f"cd {directory} && sha256sum config.json tokenizer.json model.safetensors",
-        )
-        return {name: digest for digest, name in (line.split() for line in out.splitlines())}
-
-    def hashes(self) -> dict[str, str]:
-        return {p.name: sha256(p) for p in self.model.iterdir()}
 
 
 def test_model_from_a_mirror_resumes_after_a_cut(delivery):
