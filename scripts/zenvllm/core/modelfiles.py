@@ -55,7 +55,7 @@ def check_path(path: str, where: str, fix: str) -> str:
         or "\\" in path
         or "\0" in path
         or any(p in ("", ".", "..") or len(p.encode()) > 255 for p in parts)
-        or parts[0] in (MARKER, PARTIAL)
+        or parts[0] == MARKER
         or PARTIAL in parts
     )
     if bad:
@@ -110,6 +110,9 @@ def manifest_text(files: Files) -> str:
 class Marker:
     verified: Files  # what zenvllm last verified in the directory
     writing: Files  # what a transfer it started was writing (empty when none is)
+
+    def recorded(self) -> set[str]:
+        return set(self.verified) | set(self.writing)
 
 
 def parse_marker(text: str, source: str) -> Marker | None:
@@ -171,6 +174,11 @@ def differences(wanted: Files, hashed: Files, paths: list[str]) -> str:
     return "; ".join(shown) + more
 
 
+def mismatched(wanted: Files, hashed: Files) -> list[str]:
+    """The wanted files a directory lacks or holds otherwise, in order."""
+    return sorted(p for p in wanted if hashed.get(p) != wanted[p])
+
+
 def ours(marker: Marker, path: str, held: Entry) -> bool:
     """Whether a file holds what zenvllm verified or was writing there."""
     return held in (marker.verified.get(path), marker.writing.get(path))
@@ -179,9 +187,9 @@ def ours(marker: Marker, path: str, held: Entry) -> bool:
 def decide(directory: str, wanted: Files, found: Found) -> Steps:
     """The steps that make `directory` hold `wanted`, or InputError when that would
     overwrite something zenvllm did not write."""
-    wrong = sorted(p for p in wanted if found.hashed.get(p) != wanted[p])
+    wrong = mismatched(wanted, found.hashed)
     marker = found.marker
-    recorded = set(marker.verified) | set(marker.writing) if marker else set()
+    recorded = marker.recorded() if marker else set()
     extra = tuple(sorted(found.paths - set(wanted) - recorded))
     if marker is None:
         if not found.paths:  # missing or empty: zenvllm's from now on

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 from zenvllm.core import gate
@@ -14,6 +12,7 @@ from zenvllm.core.calibration import DEFAULT_PATH, parse
 from zenvllm.core.errors import UserError
 from zenvllm.core.model import read_model
 from zenvllm.core.topology import read_host
+from zenvllm.runtime.atomic import write_atomically
 from zenvllm.runtime.calibrate import calibrate
 
 
@@ -29,19 +28,6 @@ def check_out(path: Path) -> None:
                 f"--out {path} exists and is not a calibration zenvllm wrote; zenvllm never "
                 "replaces a file it did not write: give another --out, or move it away"
             ) from None
-
-
-def write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as out:
-            out.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def run(args: argparse.Namespace) -> int:

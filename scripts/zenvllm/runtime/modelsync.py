@@ -28,6 +28,7 @@ from zenvllm.core import gate, modelfiles
 from zenvllm.core.errors import UserError
 from zenvllm.core.gate import MIB, InputError
 from zenvllm.core.modelfiles import MARKER, PARTIAL, Entry, Files, Found, Marker, Steps
+from zenvllm.runtime.atomic import write_atomically
 
 TIMEOUT = 60  # seconds without a byte before a transfer counts as cut
 
@@ -36,33 +37,25 @@ class TransferError(UserError):
     """A download that stopped short or brought the wrong bytes (exit 2, run again)."""
 
 
-def listing(directory: Path) -> frozenset[str]:
-    """Every file under `directory` (symlinks to files too), but zenvllm's marker and the
-    partial transfers; a marker zenvllm did not write counts as the operator's file."""
+def listing(directory: Path) -> tuple[frozenset[str], Marker | None]:
+    """Every file under `directory` (symlinks to files too) but the partial transfers,
+    and zenvllm's marker, which is then not listed; a marker zenvllm did not write
+    counts as the operator's file."""
     found = set()
     for top, dirs, files in os.walk(directory):
         dirs[:] = [d for d in dirs if d != PARTIAL]
         rel = Path(top).relative_to(directory)
         found |= {(rel / name).as_posix() for name in files}
-    if MARKER in found and read_marker(directory) is not None:
+    marker = read_marker(directory) if MARKER in found else None
+    if marker is not None:
         found.discard(MARKER)
-    return frozenset(found)
+    return frozenset(found), marker
 
 
 def read_marker(directory: Path) -> Marker | None:
     path = directory / MARKER
     text = gate.read_text(path, gate.DOCUMENT, "", optional=True)
     return None if text is None else modelfiles.parse_marker(text, str(path))
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Written beside, synced, then renamed: a crash leaves the old file or the new."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def hashed(directory: Path, paths: set[str]) -> Files:
@@ -82,9 +75,8 @@ def scan(directory: Path, wanted: Files) -> Found:
         return Found(False, frozenset(), {}, None)
     if not directory.is_dir():
         raise InputError(f"{directory} is not a directory; give zenvllm_model_dir a directory")
-    marker = read_marker(directory)
-    recorded = set(marker.verified) | set(marker.writing) if marker else set()
-    paths = listing(directory)
+    paths, marker = listing(directory)
+    recorded = marker.recorded() if marker else set()
     return Found(True, paths, hashed(directory, (set(wanted) | recorded) & paths), marker)
 
 
@@ -121,15 +113,18 @@ def verify(directory: Path, wanted: Files) -> Files:
     """Hash every wanted file; record them as verified in zenvllm's marker (an operator's
     directory gets nothing written). InputError names the files that differ."""
     found = scan(directory, wanted)
-    wrong = sorted(p for p in wanted if found.hashed.get(p) != wanted[p])
-    if wrong:
+    if wrong := modelfiles.mismatched(wanted, found.hashed):
         raise InputError(
             f"{directory}: {modelfiles.differences(wanted, found.hashed, wrong)}; the source "
             "does not hold the manifest's files: fix the source or the manifest, then run again"
         )
     if found.marker is not None and found.marker != Marker(wanted, {}):
-        write_atomically(directory / MARKER, modelfiles.marker_text(Marker(wanted, {})))
+        record_verified(directory, wanted)
     return wanted
+
+
+def record_verified(directory: Path, wanted: Files) -> None:
+    write_atomically(directory / MARKER, modelfiles.marker_text(Marker(wanted, {})))
 
 
 # ---------------------------------------------------------------- HTTP(S) mirror
@@ -211,7 +206,7 @@ def download(url: str, part: Path, entry: Entry, token: str) -> None:
                             f"{entry.size:,} bytes; the mirror holds another file"
                         )
                     f.write(chunk)
-            except (TimeoutError, OSError) as err:
+            except OSError as err:  # a reset, a timeout
                 reason = f"cut ({err})"
             else:
                 reason = "cut"
@@ -254,7 +249,9 @@ def fetch(
         os.replace(part, target)
         with contextlib.suppress(OSError):  # left when other cut files wait there
             part.parent.rmdir()
-    verify(directory, wanted)
+    # Each fetched file was hashed before its rename, the others by prepare: recorded
+    # without reading the whole model a second time.
+    record_verified(directory, wanted)
     return steps
 
 
@@ -262,4 +259,4 @@ def manifest_of(directory: Path) -> Files:
     """The manifest of a model directory as it is (from a copy you trust)."""
     if not (directory / "config.json").is_file():
         raise InputError(f"{directory} has no config.json; give a model directory")
-    return hashed(directory, set(listing(directory)))
+    return hashed(directory, set(listing(directory)[0]))
