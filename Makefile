@@ -19,7 +19,7 @@ PYTEST  := mkdir -p $(CURDIR)/.cache && $(BIN)/pytest -p no:cacheprovider --base
 
 TIERS   := fast image serve ansible bench reliability
 
-.PHONY: help venv lint unit test test-fast fuzz engine base-image tiny-model image deploy undeploy \
+.PHONY: help venv venv-deploy planner package collection lint unit test test-fast fuzz engine base-image tiny-model image deploy undeploy \
         model-given bench peer-image bench-images test-image test-serve test-ansible test-bench \
         test-reliability clean
 
@@ -32,13 +32,39 @@ help:
 	@echo "make image [TARGET=..]  build an image (vllm-openai, zen, pace)"
 	@echo "make bench [MODEL=DIR]  benchmark stock vLLM, the planned layouts and the peers"
 	@echo "make bench-images       image sizes and cold/warm build times"
+	@echo "make package            the wheel and sdist (pip install zenvllm) into dist/"
+	@echo "make collection         the Ansible collection zenvllm.cpu into dist/"
 
+# Two sets of extras (pyproject.toml): `deploy` serves a model (the CLI and Ansible),
+# `dev` adds the tests and linters. `make deploy` installs only the first.
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
+	touch $@ $(VENV)/.installed-deploy
+
+venv-deploy: $(VENV)/.installed-deploy
+$(VENV)/.installed-deploy: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[deploy]'
 	touch $@
+
+# The planner as the hosts receive it: one zipapp in the instances role (the
+# collection carries the same file). Remade when the shipped layers change.
+PLANNER := ansible/roles/zenvllm_instances/files/zenvllm.pyz
+planner: $(PLANNER)
+$(PLANNER): $(VENV)/.installed-deploy scripts/zenvllm/__init__.py $(wildcard scripts/zenvllm/core/*.py scripts/zenvllm/runtime/*.py)
+	$(BIN)/python -m zenvllm.image.shipped $@
+
+# What operators install: the Python package (wheel and sdist) and the Ansible
+# collection zenvllm.cpu with the planner inside, both into dist/.
+package: venv
+	$(BIN)/python -m build --outdir dist
+
+collection: venv-deploy planner
+	$(BIN)/ansible-galaxy collection build ansible --output-path dist --force
 
 lint: venv
 	$(BIN)/ruff check scripts tests ansible
@@ -60,7 +86,7 @@ engine:
 	scripts/engine.sh
 
 # Debian base image made with debootstrap (cached tarball; skipped when tagged).
-base-image: venv engine
+base-image: venv-deploy engine
 	@command -v debootstrap >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 	  apt-get install -y -qq --no-install-recommends debootstrap >/dev/null; }
 	$(BIN)/python -m zenvllm.image.baseimage
@@ -68,18 +94,18 @@ base-image: venv engine
 tiny-model: venv
 	$(BIN)/python tests/support/tiny_model.py
 
-image: venv engine base-image
+image: venv-deploy engine base-image
 	$(BIN)/zenvllm build --target $(TARGET)
 
-# Serve MODEL on this host: build the image, then run ansible/deploy.yml against
+# Serve MODEL on this host: build the image, then run ansible/playbooks/deploy.yml against
 # localhost (instances sized by the planner, nginx gateway on https://:443 with a generated
 # key: the play prints where the key and the CA certificate are).
 # DEPLOY_ARGS passes more ansible-playbook options, e.g. DEPLOY_ARGS="--check --diff".
 DEPLOY_IMAGE ?= zenvllm/$(TARGET):0.32.0
-PLAYBOOK = cd ansible && ANSIBLE_HOME=$(CURDIR)/.cache/ansible ../$(BIN)/ansible-playbook deploy.yml \
+PLAYBOOK = cd ansible && ANSIBLE_HOME=$(CURDIR)/.cache/ansible ../$(BIN)/ansible-playbook playbooks/deploy.yml \
 	  -e zenvllm_docker_host=$(DOCKER_HOST)
 # Listed first, so a missing MODEL is said before anything is installed.
-deploy: model-given venv engine
+deploy: model-given venv-deploy planner engine
 	$(MAKE) image TARGET=$(TARGET)
 	$(PLAYBOOK) -e zenvllm_model_dir=$(abspath $(MODEL)) -e zenvllm_image=$(DEPLOY_IMAGE) \
 	  -e zenvllm_instances_target=$(TARGET) $(DEPLOY_ARGS)
@@ -90,7 +116,7 @@ model-given:
 
 # Removes the instances, units, env files, seccomp profile, nginx site, sysctl file and
 # fstab line deploy.yml made; keeps the model and the image. DEPLOY_ARGS="--check --diff".
-undeploy: venv
+undeploy: venv-deploy planner
 	$(PLAYBOOK) -e zenvllm_state=absent $(DEPLOY_ARGS)
 
 # Podman (Debian's package) builds vllm-openai too, beside docker's two builders.
@@ -104,7 +130,7 @@ test-serve: venv engine base-image tiny-model
 
 # The nspawn hosts need systemd-nspawn and debootstrap; the model's delivery, rsync (the
 # controller's side) and nginx (the mirror it fetches from). All Debian packages.
-test-ansible: venv engine
+test-ansible: venv planner engine
 	@command -v systemd-nspawn >/dev/null && command -v debootstrap >/dev/null && \
 	  command -v rsync >/dev/null && command -v nginx >/dev/null || \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
@@ -132,7 +158,7 @@ BENCH_WORKLOAD_qwen0.5b-quant ?= $(BENCH_WORKLOAD_qwen0.5b) --configs stock,auto
 QUANT_MODEL = $(BIN)/python tests/support/quant_model.py --shape qwen0.5b --format
 BENCH_WORKLOAD_qwen0.5b-quant += $(foreach f,w8a8 awq,--weights $(f)="$$($(QUANT_MODEL) $(f))")
 BENCH_RUN = $(BIN)/zenvllm bench $(BENCH_ARGS)
-bench: venv engine
+bench: venv planner engine
 	$(MAKE) image TARGET=vllm-openai
 	$(MAKE) image TARGET=zen
 	$(MAKE) peer-image
@@ -156,10 +182,10 @@ bench-images: venv engine base-image
 	$(BIN)/python scripts/bench_images.py --out out/images
 	mkdir -p docs/images && cp out/images/figures.json out/images/figures.md docs/images/
 
-test-bench: venv engine
+test-bench: venv planner engine
 	$(PYTEST) -q tests/bench
 
-test-reliability: venv engine
+test-reliability: venv planner engine
 	$(PYTEST) -q tests/reliability
 
 # Every tier, named and timed, then a summary; CI=true turns any missing prerequisite

@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import REPO, require_tool
-from support.ansible_run import BIN, Run, env, finished, planner_snapshot, playbook, start_playbook
+from support.ansible_run import BIN, Run, env, finished, planner_zipapp, playbook, start_playbook
 from support.nspawn import (
     SSH_OPTIONS,
     SUBNET,
@@ -318,7 +318,7 @@ class Delivery:
     planner: Path
 
     def variables(self, extra: dict) -> dict:
-        return {"zenvllm_instances_planner_src": str(self.planner), **extra}
+        return {"zenvllm_planner": str(self.planner), **extra}
 
     def run(self, host: str, *more: str, **extra) -> Run:
         argv = ("-i", str(self.inventory), "--limit", host, *more)
@@ -400,7 +400,7 @@ def delivery(vms):
     play = work / "deliver.yml"
     play.write_text(DELIVER)
     nginx = Nginx(work, work / "mirror")
-    yield Delivery(machines, model, manifest, inventory, play, nginx, planner_snapshot(work))
+    yield Delivery(machines, model, manifest, inventory, play, nginx, planner_zipapp(work))
     nginx.stop()
 
 

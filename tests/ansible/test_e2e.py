@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from conftest import require
 from support import engine, gateway
-from support.ansible_run import ANSIBLE_DIR, BIN, changed_tasks, planner_snapshot, playbook
+from support.ansible_run import ANSIBLE_DIR, BIN, changed_tasks, planner_zipapp, playbook
 from support.ansible_run import env as ansible_env
 from support.tiny_model import ensure_tiny_model
 
@@ -78,10 +78,15 @@ def deployment(tmp_path_factory):
     if engine.docker("image", "inspect", IMAGE, check=False).returncode != 0:
         engine.build("vllm-openai", tmp_path_factory.mktemp("build") / "build.log")
     base = tmp_path_factory.mktemp("e2e")
-    planner = planner_snapshot(base)
+    planner = planner_zipapp(base)
     variables = {
         "zenvllm_docker_host": engine.engine_env()["DOCKER_HOST"],
         "zenvllm_image": IMAGE,
+        # The image role's `build` source: `zenvllm build` on the host, as an operator
+        # with zenvllm installed there runs it (a layer-cache hit after the image tier).
+        "zenvllm_image_source": "build",
+        "zenvllm_image_zenvllm_bin": str(BIN / "zenvllm"),
+        "zenvllm_image_build_args": engine.build_args("vllm-openai")[len(engine.ZENVLLM) + 3 :],
         "zenvllm_model_dir": str(ensure_tiny_model()),
         "zenvllm_instances_deployment": DEPLOYMENT,
         "zenvllm_instances_count": 2,
@@ -92,7 +97,7 @@ def deployment(tmp_path_factory):
         "zenvllm_instances_config_dir": str(base / "etc"),
         "zenvllm_instances_lib_dir": str(base / "lib"),
         "zenvllm_instances_seccomp_profile": str(base / "etc" / "seccomp-numa.json"),
-        "zenvllm_instances_planner_src": str(planner),
+        "zenvllm_planner": str(planner),
         "zenvllm_gateway_listen": f"0.0.0.0:{GATEWAY}",
         "zenvllm_gateway_site_path": str(SITE),
         "zenvllm_gateway_tls_dir": str(base / "tls"),
@@ -369,7 +374,7 @@ def test_an_interrupted_deploy_leaves_whole_files_and_undeploy_removes_it(deploy
     }
     label = f"label=zenvllm.deployment={name}"
     proc = subprocess.Popen(
-        [str(BIN / "ansible-playbook"), "deploy.yml", "-e", json.dumps(extra)],
+        [str(BIN / "ansible-playbook"), "playbooks/deploy.yml", "-e", json.dumps(extra)],
         cwd=ANSIBLE_DIR,
         env=ansible_env(),
         stdout=subprocess.PIPE,

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import FIXTURES, REPO
-from support.ansible_run import planner_snapshot, playbook
+from support.ansible_run import planner_zipapp, playbook
 
 pytestmark = pytest.mark.ansible
 
@@ -113,7 +113,7 @@ def instance_paths(root: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory):
     base = tmp_path_factory.mktemp("flavors")
-    planner_copy = planner_snapshot(base)
+    planner_copy = planner_zipapp(base)
     hosts = {}
     for name, (inputs, size, count, _) in FLAVORS.items():
         dest = base / name
@@ -131,7 +131,7 @@ def rendered(tmp_path_factory):
         "zenvllm_model_dir": "/srv/models/llm",
         "zenvllm_instances_render_only": True,
         "zenvllm_instances_supervisor": "systemd",
-        "zenvllm_instances_planner_src": str(planner_copy),
+        "zenvllm_planner": str(planner_copy),
         "zenvllm_api_key": SECRET_KEY,
         "zenvllm_hf_token": SECRET_TOKEN,
     }
@@ -206,7 +206,7 @@ def test_an_impossible_plan_fails_with_the_planners_numbers(tmp_path):
             "zenvllm_instances_supervisor": "systemd",
             **instance_paths(tmp_path),
         },
-        playbook_file="deploy.yml",
+        playbook_file="playbooks/deploy.yml",
     )
     assert run.rc != 0
     assert "The zenvllm planner refused" in run.output and "GiB" in run.output
@@ -236,7 +236,7 @@ def test_a_smaller_plan_prunes_the_files_of_dropped_instances(rendered):
             "zenvllm_model_dir": "/srv/models/llm",
             "zenvllm_instances_render_only": True,
             "zenvllm_instances_supervisor": "systemd",
-            "zenvllm_instances_planner_src": str(base / "planner"),
+            "zenvllm_planner": str(base / "zenvllm.pyz"),
             "zenvllm_instances_count": 1,
         },
     )

@@ -20,6 +20,7 @@ with enforced limits behind the same roles is tests/ansible/test_e2e.py.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -29,8 +30,18 @@ import sys
 import pytest
 import yaml
 from conftest import REPO, require, require_tool
-from support import engine, nspawn
-from support.ansible_run import ANSIBLE_DIR, changed_tasks, env, planner_snapshot, playbook
+from support import engine, nspawn, registry
+from support.ansible_run import (
+    ANSIBLE_DIR,
+    BIN,
+    Run,
+    changed_tasks,
+    env,
+    finished,
+    install_collection,
+    planner_zipapp,
+    playbook,
+)
 from support.gateway import SECRETS
 from support.tiny_model import ensure_tiny_model
 
@@ -48,6 +59,9 @@ STANDIN = "zenvllm/standin:test"
 STANDIN_DIR = REPO / "tests" / "support" / "standin"
 SECRET = "nspawn-api-key-3f9a"
 SSH_ARGS = " ".join(nspawn.SSH_OPTIONS)
+# What an operator's own site playbook calls from the collection, by FQCN.
+OPERATORS_ROLES = ("zenvllm_host", "zenvllm_image", "zenvllm_instances", "zenvllm_gateway")
+OPERATORS_ROLES += ("zenvllm_verify",)
 SYSCTLS = {"net.core.somaxconn": 4096, "net.ipv4.tcp_max_syn_backlog": 2048}
 
 
@@ -125,7 +139,7 @@ def hosts(tmp_path_factory):
 
     work = tmp_path_factory.mktemp("nspawn")
     archive = standin_archive(work)
-    planner = planner_snapshot(work)
+    planner = planner_zipapp(work)
     with nspawn.fleet([*NAMES, DOCKER_CE], work) as machines:
         inventory = work / "inventory.yml"
         access = {
@@ -162,7 +176,7 @@ def hosts(tmp_path_factory):
             # The model travels from the controller: rsync, verified against its manifest.
             "zenvllm_model_src": str(ensure_tiny_model()),
             "zenvllm_instances_kv_cache_gib": 1,
-            "zenvllm_instances_planner_src": str(planner),
+            "zenvllm_planner": str(planner),
             "zenvllm_api_key": SECRET,
             # Inside nspawn only net.* sysctls are writable (the rest of /proc/sys is read-only).
             "zenvllm_host_sysctls": SYSCTLS,
@@ -175,6 +189,10 @@ def hosts(tmp_path_factory):
             "zenvllm_gateway_burst": 10,
         }
         yield machines, inventory, variables
+
+
+def sha256_of(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def deploy(inventory, variables, *args):
@@ -242,7 +260,7 @@ def test_hosts_run_what_the_plan_says(hosts, name):
     host = infra(inventory, name)
     plan = json.loads(
         host.check_output(
-            "PYTHONPATH=/opt/zenvllm/lib python3 -m zenvllm.runtime plan --json "
+            "PYTHONPATH=/opt/zenvllm/lib/zenvllm.pyz python3 -m zenvllm.runtime plan --json "
             "--model /srv/models/tiny-llama --kv-cache-gib 1"
         )
     )
@@ -433,3 +451,88 @@ def test_undeploy_left_the_operators_engine_container_and_image(hosts, theirs_be
     host = infra(inventory, OPERATOR)
     assert theirs(host) == theirs_before
     assert host.service("docker").is_enabled and host.service("docker").is_running
+
+
+def test_the_collection_deploys_from_the_operators_own_playbook(hosts, tmp_path):
+    """The way an operator installs and runs zenvllm, on the fresh host:
+    - ansible-galaxy builds the collection and installs it into an empty collections
+      path; the operator's own playbook, in a directory of theirs with no ansible.cfg
+      and no roles, calls the roles by their fully qualified names, with the planner
+      the collection carries;
+    - the image comes from a real registry (Debian's docker-registry on the hosts'
+      bridge, TLS with its own CA, basic auth): the image role installs the CA for that
+      registry, logs in into a client config of zenvllm's own and pulls;
+    - the collection's own playbook, zenvllm.cpu.deploy, then removes it all but the
+      image, and root's own Docker login was never touched."""
+    _, inventory, variables = hosts
+    collections = install_collection(tmp_path)
+    site = tmp_path / "site"
+    site.mkdir()
+    play = {"name": "Serve the model with zenvllm", "hosts": "zenvllm"}
+    play["roles"] = [f"zenvllm.cpu.{role}" for role in OPERATORS_ROLES]
+    (site / "site.yml").write_text(yaml.safe_dump([play], sort_keys=False))
+    theirs = {k: v for k, v in env().items() if not k.startswith("ANSIBLE_")}
+    theirs.update(
+        ANSIBLE_COLLECTIONS_PATH=str(collections),
+        ANSIBLE_ROLES_PATH=str(site / "roles"),  # empty: no role can come from the checkout
+        ANSIBLE_HOME=str(tmp_path / "home"),
+        ANSIBLE_HOST_KEY_CHECKING="False",
+        ANSIBLE_NOCOLOR="1",
+    )
+
+    def operator(playbook_name: str, extra: dict) -> Run:
+        argv = [str(BIN / "ansible-playbook"), "-i", str(inventory), "--limit", FRESH]
+        argv += [playbook_name, "-e", json.dumps(extra)]
+        done = subprocess.run(
+            argv, cwd=site, env=theirs, capture_output=True, text=True, timeout=1200
+        )
+        return finished(done.returncode, done.stdout + done.stderr)
+
+    host = infra(inventory, FRESH)
+    host.run_expect([0], f"docker rmi {STANDIN}")  # so the pull below brings every layer
+    with registry.running(tmp_path, hosts=(f"{nspawn.SUBNET}.1",)) as reg:
+        image = f"{reg.address}/zenvllm/standin:test"
+        pusher = tmp_path / "docker-config"
+        reg.login(pusher)
+        engine.docker("tag", STANDIN, image)
+        pushed = subprocess.run(
+            ["docker", "push", "--quiet", image],
+            env=registry.client_env(pusher),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        engine.docker("rmi", image)
+        assert pushed.returncode == 0, pushed.stderr
+        own = {k: v for k, v in variables.items() if k not in ("zenvllm_planner",)}
+        own.update(
+            zenvllm_image=image,
+            zenvllm_image_source="registry",
+            zenvllm_image_registry_username=reg.user,
+            zenvllm_image_registry_password=reg.password,
+            zenvllm_image_registry_ca=str(reg.ca),
+        )
+        run = operator("site.yml", own)
+        assert run.rc == 0 and run.failed() == 0, run.output[-6000:]
+        assert reg.password not in run.output
+        assert "TASK [zenvllm.cpu.zenvllm_instances : " in run.output
+        planner = collections / "ansible_collections/zenvllm/cpu/roles/zenvllm_instances/files"
+        assert host.file("/opt/zenvllm/lib/zenvllm.pyz").sha256sum == sha256_of(
+            planner / "zenvllm.pyz"
+        )
+        assert host.run("curl -sf http://127.0.0.1:8001/health").rc == 0
+        assert host.check_output("docker inspect --format '{{.Config.Image}}' zenvllm-0") == (image)
+        trust = host.file(f"/etc/docker/certs.d/{reg.address}/ca.crt").content_string
+        assert trust.startswith("# zenvllm: ") and reg.ca.read_text().strip() in trust
+        assert reg.address in host.file("/etc/zenvllm/registry/config.json").content_string
+        assert host.file("/etc/zenvllm/registry").mode == 0o700
+        assert not host.file("/root/.docker/config.json").exists
+        again = operator("site.yml", own)
+        assert again.rc == 0 and again.changed() == 0, changed_tasks(again.output)
+
+        gone = operator("zenvllm.cpu.deploy", {**own, "zenvllm_state": "absent"})
+        assert gone.rc == 0 and gone.failed() == 0, gone.output[-6000:]
+    assert host.check_output("docker ps --all --quiet --filter label=zenvllm.managed") == ""
+    for path in ("/opt/zenvllm/lib", "/etc/zenvllm", f"/etc/docker/certs.d/{reg.address}"):
+        assert not host.file(path).exists, path
+    assert host.run(f"docker image inspect {image}").rc == 0  # the image stays

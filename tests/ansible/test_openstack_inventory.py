@@ -138,7 +138,7 @@ def test_deploy_plays_target_the_inventory_groups(inventory, tmp_path):
     """deploy.yml's plays resolve to the servers the metadata put in each group."""
     _, _, source = inventory
     proc, _ = against_cloud(
-        [str(BIN / "ansible-playbook"), "-i", str(source), "deploy.yml", "--list-hosts"],
+        [str(BIN / "ansible-playbook"), "-i", str(source), "playbooks/deploy.yml", "--list-hosts"],
         tmp_path,
         cwd=REPO / "ansible",
     )

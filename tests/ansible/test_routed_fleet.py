@@ -38,7 +38,7 @@ import pytest
 import yaml
 from conftest import REPO, require, require_tool
 from support import engine, gateway
-from support.ansible_run import ANSIBLE_DIR, changed_tasks, planner_snapshot, playbook
+from support.ansible_run import ANSIBLE_DIR, changed_tasks, planner_zipapp, playbook
 from support.load import BackgroundLoad
 from support.tiny_model import ensure_tiny_model
 from support.wheels import router_wheelhouse
@@ -249,7 +249,7 @@ def fleet(tmp_path_factory):
 
     work = tmp_path_factory.mktemp("fleet")
     archive = save_image(work)
-    planner = planner_snapshot(work)
+    planner = planner_zipapp(work)
     here = f"{SUBNET}.1"
     cpus = sorted(os.sched_getaffinity(0))
     require(len(cpus) >= 2, f"two hosts need a CPU each; this machine gives {len(cpus)}")
@@ -306,7 +306,7 @@ def fleet(tmp_path_factory):
             "zenvllm_instances_max_model_len": 512,
             "zenvllm_instances_base_port": PORT,
             "zenvllm_instances_serve_args": ["--dtype=bfloat16", "--enforce-eager"],
-            "zenvllm_instances_planner_src": str(planner),
+            "zenvllm_planner": str(planner),
             "zenvllm_instances_health_timeout": 600,
             "zenvllm_api_key": SECRET,
             "zenvllm_gateway_listen": f"0.0.0.0:{GATEWAY_PORT}",

@@ -92,7 +92,7 @@ def test_progress_is_shown_while_it_runs(quick):
     for name in layouts.QUICK_CONFIGS:
         assert f"] {name}: repeat 1/1:" in stdout
     assert "] stock: starting 1 x all CPUs" in stdout
-    assert "] gateway: deploying with ansible/deploy.yml" in stdout
+    assert "] gateway: deploying with zenvllm's playbooks/deploy.yml" in stdout
     assert "warm-up" in stdout
     assert "| Model | stock |" in stdout  # the table is printed at the end
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, require_tool
 
+from zenvllm.core.errors import UserError
 from zenvllm.image import render
 
 TARGETS = ("vllm-openai", "zen", "pace")
@@ -128,9 +129,22 @@ def test_no_syntax_line_no_heredoc_and_mounts_only_with_buildkit(target):
 def test_source_install_uses_the_matrix_isa_rule():
     new = context("vllm-openai", "source").files["Dockerfile"]
     assert "ARG VLLM_CPU_X86=true" in new and "VLLM_CPU_AVX512BF16" not in new
-    assert '--branch "${VLLM_GIT_REF}"' in new and "ARG VLLM_GIT_REF=v0.32.0" in new
     old = context("vllm-openai", "source", pins={"vllm": "0.10.1", "torch": "2.13.0"})
     assert "VLLM_CPU_AVX512BF16=1" in old.files["Dockerfile"]
+
+
+def test_source_install_builds_the_vllm_projects_own_sdist_checked_by_its_hash():
+    config = render.load_config()
+    dockerfile = context("vllm-openai", "source").files["Dockerfile"]
+    url = "https://files.pythonhosted.org/packages/source/v/vllm/vllm-0.32.0.tar.gz"
+    assert f"curl -fsSL --retry 3 -o /tmp/vllm.tar.gz {url}" in dockerfile
+    assert f'echo "{config["vllm_sdists"]["0.32.0"]}  /tmp/vllm.tar.gz" | sha256sum -c -' in (
+        dockerfile
+    )
+    assert "git clone" not in dockerfile
+    # A version with no recorded hash is refused before anything is rendered.
+    with pytest.raises(UserError, match=r"no SHA-256 recorded for the vllm 0\.32\.1 sdist"):
+        context("vllm-openai", "source", pins={"vllm": "0.32.1"})
 
 
 def test_wheelhouse_decides_between_local_wheels_and_the_torch_index(tmp_path):

@@ -1,4 +1,4 @@
-"""Deploy zenvllm on this machine with ansible/deploy.yml, and take it all down again.
+"""Deploy zenvllm on this machine with ansible/playbooks/deploy.yml, and take it all down again.
 
 Everything the deployment writes goes to one temp dir (env files, run
 scripts, the planner copy, the seccomp profile) except the nginx site, which
@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from support.ansible_run import planner_snapshot
+from support.ansible_run import planner_zipapp
 
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE = REPO / "ansible"
@@ -112,7 +112,7 @@ class Fleet:
             "zenvllm_instances_lib_dir": str(self.root / "lib"),
             "zenvllm_instances_seccomp_profile": str(self.config_dir / "seccomp-numa.json"),
             # A snapshot: an edit in the checkout must not change a rollout's plan.
-            "zenvllm_instances_planner_src": str(self.root / "planner"),
+            "zenvllm_planner": str(self.root / "zenvllm.pyz"),
             "zenvllm_instances_health_timeout": 600,
             "zenvllm_instances_health_delay": 2,
             "zenvllm_gateway_listen": f"127.0.0.1:{self.gateway_port}",
@@ -131,14 +131,14 @@ class Fleet:
     ) -> subprocess.CompletedProcess:
         """Run deploy.yml with these variables; output captured (stdout and stderr together)."""
         self.root.mkdir(parents=True, exist_ok=True)
-        planner_snapshot(self.root)
+        planner_zipapp(self.root)
         vars_file = self.root / "vars.json"
         fd = os.open(vars_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as out:
             json.dump(self.variables(**override), out)
         argv = [
             str(Path(sys.executable).parent / "ansible-playbook"),
-            "deploy.yml",
+            "playbooks/deploy.yml",
             "-e",
             f"@{vars_file}",
             *args,

@@ -9,26 +9,43 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from zenvllm.image import shipped
 
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE_DIR = REPO / "ansible"
 BIN = Path(sys.executable).parent
 
 
-def planner_snapshot(where: Path) -> Path:
-    """A copy of the zenvllm package for zenvllm_instances_planner_src, at where/planner:
+def planner_zipapp(where: Path) -> Path:
+    """The planner zipapp for zenvllm_planner, at where/zenvllm.pyz, made once:
     edits to the checkout during a run do not change what the hosts run."""
-    snapshot = where / "planner"
-    if not snapshot.exists():
-        shutil.copytree(
-            REPO / "scripts" / "zenvllm", snapshot, ignore=shutil.ignore_patterns("__pycache__")
-        )
-    return snapshot
+    zipapp = where / "zenvllm.pyz"
+    if not zipapp.exists():
+        shipped.write_zipapp(zipapp)
+    return zipapp
+
+
+def install_collection(where: Path) -> Path:
+    """The collection as an operator gets it: `make collection` (the planner zipapp into
+    the instances role, then `ansible-galaxy collection build`), installed with
+    `ansible-galaxy collection install --offline` into where/collections."""
+    shipped.write_zipapp(ANSIBLE_DIR / "roles" / "zenvllm_instances" / "files" / "zenvllm.pyz")
+    galaxy = [str(BIN / "ansible-galaxy"), "collection"]
+    built = where / "dist"
+
+    def run(*args: str) -> None:
+        done = subprocess.run([*galaxy, *args], env=env(), capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    run("build", str(ANSIBLE_DIR), "--output-path", str(built), "--force")
+    (tarball,) = built.glob("zenvllm-cpu-*.tar.gz")
+    run("install", "--offline", "-p", str(where / "collections"), str(tarball))
+    return where / "collections"
 
 
 RECAP = re.compile(
@@ -80,7 +97,7 @@ def playbook_argv(*args: str, extra_vars: dict | None, playbook_file: str, cpus:
 def playbook(
     *args: str,
     extra_vars: dict | None = None,
-    playbook_file: str = "deploy.yml",
+    playbook_file: str = "playbooks/deploy.yml",
     timeout: int = 1800,
     cpus: str = "",
 ) -> Run:
@@ -107,7 +124,7 @@ def finished(rc: int, output: str) -> Run:
 
 
 def start_playbook(
-    *args: str, extra_vars: dict | None = None, playbook_file: str = "deploy.yml"
+    *args: str, extra_vars: dict | None = None, playbook_file: str = "playbooks/deploy.yml"
 ) -> subprocess.Popen:
     """ansible-playbook in the background, in a session of its own (a test cuts it
     short by killing it and what it started)."""

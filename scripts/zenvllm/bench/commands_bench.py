@@ -383,7 +383,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--gateway",
         metavar="deploy|URL",
-        help="measure a gateway too: 'deploy' runs ansible/deploy.yml here for the run "
+        help="measure a gateway too: 'deploy' runs ansible/playbooks/deploy.yml here for the run "
         "and takes it down after; a URL measures a running deployment",
     )
     parser.add_argument("--base-port", type=arguments.port, default=8401, help="first server port")

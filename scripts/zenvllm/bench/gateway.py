@@ -1,4 +1,4 @@
-"""Configuration (c): a real `ansible/deploy.yml` deployment on this host, measured at its
+"""Configuration (c): a real `ansible/playbooks/deploy.yml` deployment on this host, measured at its
 nginx gateway, then taken down again.
 
 The deployment is the product's own: the planner's auto layout, the instances
@@ -23,10 +23,10 @@ from pathlib import Path
 
 from zenvllm.core import gate
 from zenvllm.core.errors import UserError
-from zenvllm.image import outputs
+from zenvllm.image import data, outputs, shipped
 from zenvllm.image.engine import DOCKER
 
-ANSIBLE_DIR = Path(__file__).resolve().parents[3] / "ansible"
+ANSIBLE_DIR = data.ANSIBLE
 DEPLOYMENT_PREFIX = "zenvllm-bench-gw"
 # The gateway role's site starts with this header (templates/zenvllm.conf.j2).
 SITE_HEADER = "# zenvllm gateway: "
@@ -73,6 +73,8 @@ class Deployment:
             "zenvllm_instances_serve_args": list(self.serve_args),
             "zenvllm_instances_config_dir": str(etc),
             "zenvllm_instances_lib_dir": str(self.work / "lib"),
+            # The planner as hosts receive it, made from this installed package.
+            "zenvllm_planner": str(self.work / "zenvllm.pyz"),
             "zenvllm_instances_seccomp_profile": str(etc / "seccomp-numa.json"),
             "zenvllm_instances_health_delay": 2,
             "zenvllm_gateway_listen": f"127.0.0.1:{self.port}",
@@ -90,8 +92,9 @@ def playbook_command() -> str:
     found = str(exe) if exe.exists() else shutil.which("ansible-playbook")
     if not found:
         raise UserError(
-            "the gateway configuration runs ansible/deploy.yml and needs ansible-playbook; "
-            "install the dev extra (pip install -e '.[dev]') or pass --gateway URL"
+            "the gateway configuration runs zenvllm's deploy playbook and needs "
+            "ansible-playbook; install the deploy extra (pip install 'zenvllm[deploy]') or "
+            "pass --gateway URL"
         )
     return found
 
@@ -121,6 +124,7 @@ def deploy(d: Deployment, log: Path, timeout_s: float = 1800) -> None:
     """Run deploy.yml; raise RuntimeError with its tail when it fails."""
     check_paths(d)
     outputs.claim(d.work, "the gateway's work directory")
+    shipped.write_zipapp(d.work / "zenvllm.pyz")
     vars_file = d.work / "vars.json"
     fd = os.open(vars_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as out:
@@ -134,7 +138,7 @@ def deploy(d: Deployment, log: Path, timeout_s: float = 1800) -> None:
         "ANSIBLE_REMOTE_TEMP": str(cache / "remote"),
         "ANSIBLE_NOCOLOR": "1",
     }
-    argv = [playbook_command(), "deploy.yml", "-e", f"@{vars_file}"]
+    argv = [playbook_command(), "playbooks/deploy.yml", "-e", f"@{vars_file}"]
     with log.open("w") as out:
         try:
             done = subprocess.run(

@@ -11,13 +11,12 @@ from pathlib import Path
 
 from zenvllm.bench.layouts import MODEL_MOUNT, Server, Workload
 from zenvllm.core.container import Container, Settings, container_of
+from zenvllm.image import data
 
 # The guide's example: lets vLLM bind memory (get_mempolicy, migrate_pages).
 STOCK_SECURITY = ("--cap-add", "SYS_NICE", "--security-opt", "seccomp=unconfined")
 # The planner's layouts run the container a deployment runs, its seccomp profile too.
-SECCOMP_PROFILE = (
-    Path(__file__).resolve().parents[3] / "ansible/roles/zenvllm_instances/files/seccomp-numa.json"
-)
+SECCOMP_PROFILE = data.SECCOMP_PROFILE
 
 BENCH_LABEL = "io.zenvllm.bench"
 GGUF_MOUNT = "/gguf"

@@ -183,7 +183,10 @@ def gateway_endpoint(settings: Settings, raw: Path, tag: str) -> str:
         return settings.gateway_url.rstrip("/")
     d = settings.gateway_deploy
     assert d is not None
-    say(f"{tag}: deploying with ansible/deploy.yml (gateway :{d.port}, instances :{d.base_port}+)")
+    say(
+        f"{tag}: deploying with zenvllm's playbooks/deploy.yml "
+        f"(gateway :{d.port}, instances :{d.base_port}+)"
+    )
     start = time.monotonic()
     gateway.deploy(d, raw / "gateway-deploy.log")
     say(f"{tag}: deployed and verified in {time.monotonic() - start:.0f} s")

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from zenvllm.core.topology import read_host
-from zenvllm.image import baseimage, build, outputs, peers, render
+from zenvllm.image import baseimage, build, outputs, peers, provenance, push, render
 
 
 def _path(value: str | None) -> Path | None:
@@ -59,7 +59,13 @@ def add_render_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def request_of(args: argparse.Namespace, buildkit: bool):
+def base_of(args: argparse.Namespace, config: dict) -> str:
+    return args.base_image or config["defaults"]["base_image"]
+
+
+def request_of(args: argparse.Namespace, buildkit: bool, config: dict):
+    peer = peers.is_peer(config, args.target)
+    origin = provenance.origin(base_of(args, config), peer=peer)
     return render.Request(
         target=args.target,
         pins=render.parse_pins(args.pin),
@@ -69,6 +75,7 @@ def request_of(args: argparse.Namespace, buildkit: bool):
         extra_ca_certs=_path(args.extra_ca_certs),
         buildkit=buildkit,
         override=_path(args.override),
+        origin=origin,
     )
 
 
@@ -81,7 +88,8 @@ def context_of(config: dict, request: render.Request) -> render.Context:
 
 def run_render(args: argparse.Namespace) -> int:
     outputs.check_output(args.output, "--output")  # before any work
-    context = context_of(render.load_config(), request_of(args, args.buildkit))
+    config = render.load_config()
+    context = context_of(config, request_of(args, args.buildkit, config))
     render.write_context(context, args.output)
     print(Path(args.output).resolve())
     print(f"render: {context.target} -> {args.output} (tag {context.tag})", file=sys.stderr)
@@ -92,9 +100,9 @@ def run_build(args: argparse.Namespace) -> int:
     engine = build.choose_engine(args.engine, args.builder)
     build.check_daemon(engine)
     config = render.load_config()
-    request = request_of(args, engine.buildkit)
+    request = request_of(args, engine.buildkit, config)
     context = context_of(config, request)  # refuses bad pins before any build work
-    base = args.base_image or config["defaults"]["base_image"]
+    base = base_of(args, config)
     if base == config["defaults"]["base_image"]:
         baseimage.ensure_base_image(base, engine=engine.binary)
     tag = args.tag or context.tag
@@ -112,6 +120,11 @@ def run_build(args: argparse.Namespace) -> int:
     print(f"build: {tag} {image} in {time.monotonic() - start:.1f} s", file=sys.stderr)
     if previous and previous != image:
         build.remove_image(engine, previous)  # the old image the tag left behind
+    if args.push:
+        start = time.monotonic()
+        digest = push.push(engine.kind, engine.binary, tag, _path(args.log))
+        took = time.monotonic() - start
+        print(f"build: pushed {tag} {digest or ''} in {took:.1f} s", file=sys.stderr)
     print(tag)
     return 0
 
@@ -139,4 +152,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--builder", default="auto", help="auto, buildkit or legacy (docker)")
     p.add_argument("--log", default=None, help="write the build output here, not to the terminal")
     p.add_argument("--no-cache", action="store_true", help="ignore the engine's layer cache")
+    p.add_argument(
+        "--push",
+        action="store_true",
+        help="push the tag to its registry after the build (--tag REGISTRY/NAME:TAG), "
+        "with the engine's own login (`docker login REGISTRY`)",
+    )
     p.set_defaults(func=run_build)

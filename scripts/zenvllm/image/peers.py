@@ -33,8 +33,9 @@ def default_tag(config: dict, name: str, cpu: str) -> str:
     return peer["tag"].format(version=peer["version"], cpu=cpu)
 
 
-def labels(peer: dict, name: str, cpu: str) -> dict[str, str]:
+def labels(peer: dict, name: str, cpu: str, origin: dict[str, str]) -> dict[str, str]:
     return {
+        **origin,
         "org.opencontainers.image.title": f"zenvllm peer {name}",
         "org.opencontainers.image.description": peer["summary"],
         "org.opencontainers.image.version": str(peer["version"]),
@@ -57,7 +58,7 @@ def render_peer(config: dict, request: render.Request, cpu: str) -> render.Conte
         )
     peer = config["peers"][name]
     certs = render.gather(request.extra_ca_certs, ("*.crt", "*.pem"), "extra CA certificates")
-    image_labels = labels(peer, name, cpu)
+    image_labels = labels(peer, name, cpu, request.origin)
     variables = {
         "name": name,
         "peer": peer,

@@ -16,15 +16,12 @@ from pathlib import Path
 import jinja2
 import yaml
 
-from zenvllm import SHIPPED_LAYERS
 from zenvllm.core import gate
 from zenvllm.core.errors import ConfigError, UserError
 from zenvllm.core.targets import TARGETS
-from zenvllm.image import matrix, outputs
+from zenvllm.image import data, matrix, outputs, shipped
 from zenvllm.runtime import amx
 
-PACKAGE = Path(__file__).resolve().parents[1]  # scripts/zenvllm
-DOCKERFILES = PACKAGE.parents[1] / "dockerfiles"
 SOURCES = ("wheel", "source")
 LABEL_PREFIX = "io.zenvllm"
 
@@ -39,6 +36,9 @@ class Request:
     extra_ca_certs: Path | None = None
     buildkit: bool = False  # cache mounts need BuildKit; the legacy builder rejects --mount
     override: Path | None = None  # a template that extends the target's (Kolla style)
+    # Labels of where the image comes from (provenance.origin: source, revision, created,
+    # licenses, base): decided by the caller, so rendering stays free of git and clocks.
+    origin: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class Context:
 
 
 def load_config(path: Path | None = None) -> dict:
-    path = path or DOCKERFILES / "build.yaml"
+    path = path or data.BUILD_CONFIG
     try:
         return yaml.safe_load(gate.read_text(path, gate.SMALL, "give zenvllm's own build.yaml"))
     except yaml.YAMLError as err:
@@ -116,6 +116,20 @@ def default_tag(config: dict, resolved: Resolved) -> str:
     return config["defaults"]["tag"].format(target=resolved.target, vllm=resolved.pins["vllm"])
 
 
+def vllm_sdist(config: dict, resolved: Resolved) -> dict[str, str]:
+    """The vLLM project's own source distribution on PyPI, checked by its recorded hash."""
+    version = resolved.pins["vllm"]
+    sha256 = (config.get("vllm_sdists") or {}).get(version)
+    if not sha256:
+        raise UserError(
+            f"--source source: no SHA-256 recorded for the vllm {version} sdist; add it to "
+            f"vllm_sdists in build.yaml (PyPI lists it) or pin a recorded version "
+            f"({', '.join(sorted(config.get('vllm_sdists') or {}))})"
+        )
+    url = config["defaults"]["vllm_sdist_url"].format(version=version)
+    return {"url": url, "sha256": sha256, "version": version}
+
+
 def pip_name(resolved: Resolved, name: str) -> str:
     return resolved.rows.get(name, {}).get("pip_name", name)
 
@@ -132,8 +146,9 @@ def isa_label(config: dict, resolved: Resolved) -> str:
     return config["isa"]["source_runtime_dispatch"]
 
 
-def labels(config: dict, resolved: Resolved) -> dict[str, str]:
+def labels(config: dict, resolved: Resolved, origin: dict[str, str]) -> dict[str, str]:
     out = {
+        **origin,
         "org.opencontainers.image.title": f"zenvllm {resolved.target}",
         "org.opencontainers.image.description": resolved.spec["summary"],
         "org.opencontainers.image.version": resolved.pins["vllm"],
@@ -181,7 +196,7 @@ def overrides_txt(config: dict) -> str:
 def template_env(override: Path | None) -> jinja2.Environment:
     """zenvllm's templates, and the user's override (read through the gate, so a FIFO,
     a huge or a non-UTF-8 file is refused by name; it extends parent_template)."""
-    loader: jinja2.BaseLoader = jinja2.FileSystemLoader([str(DOCKERFILES)])
+    loader: jinja2.BaseLoader = jinja2.FileSystemLoader([str(data.DOCKERFILES)])
     if override is not None:
         fix = "give --override a UTF-8 template that {% extends parent_template %}"
         text = gate.read_text(override, gate.SMALL, fix)
@@ -204,7 +219,9 @@ def shell_words(items: list[str], indent: int = 8) -> str:
     return (" \\\n" + pad).join(sorted(items))
 
 
-def template_vars(config: dict, resolved: Resolved, request: Request, has_certs: bool) -> dict:
+def template_vars(
+    config: dict, resolved: Resolved, request: Request, has_certs: bool, image_labels: dict
+) -> dict:
     d = config["defaults"]
     vllm_row = resolved.rows["vllm"]
     use_index = request.wheelhouse is None
@@ -223,15 +240,14 @@ def template_vars(config: dict, resolved: Resolved, request: Request, has_certs:
         "preload": preload_paths(config),
         "drop": config["drop"],
         "torch_index_url": d["torch_index_url"] if use_index else None,
-        "vllm_git_url": d["vllm_git_url"],
-        "vllm_ref": f"v{resolved.pins['vllm']}",
+        "vllm_sdist": vllm_sdist(config, resolved) if resolved.source == "source" else None,
         "isa_args": bool(vllm_row.get("source_isa_args")),
         "source_requirements": vllm_row.get("source_requirements", []),
         "base_requirements": [requirement(resolved, n) for n in ("vllm", "torch")],
         "target_requirements": [requirement(resolved, p) for p in resolved.spec["packages"]],
         # Tuning env comes from the planner's own table: one source for image and plan.
         "env": TARGETS[resolved.target].env,
-        "labels": labels(config, resolved),
+        "labels": image_labels,
         "has_certs": has_certs,
     }
 
@@ -249,19 +265,13 @@ def gather(directory: Path | None, patterns: tuple[str, ...], what: str) -> list
     return found
 
 
-def package_files() -> dict[str, Path]:
-    """The layers an image runs (the launcher and health check need no more)."""
-    files = [PACKAGE / "__init__.py"]
-    files += [p for layer in SHIPPED_LAYERS for p in sorted((PACKAGE / layer).glob("*.py"))]
-    return {f"zenvllm/{p.relative_to(PACKAGE)}": p for p in files}
-
-
 def render(config: dict, request: Request) -> Context:
     """Everything the build context holds, decided; nothing written."""
     resolved = resolve(config, request.target, request.pins, request.source)
     wheels = gather(request.wheelhouse, ("*.whl",), "wheelhouse")
     certs = gather(request.extra_ca_certs, ("*.crt", "*.pem"), "extra CA certificates")
-    variables = template_vars(config, resolved, request, bool(certs))
+    image_labels = labels(config, resolved, request.origin)
+    variables = template_vars(config, resolved, request, bool(certs), image_labels)
     env = template_env(request.override)
     name = f"targets/{resolved.target}.Dockerfile.j2"
     try:
@@ -279,16 +289,14 @@ def render(config: dict, request: Request) -> Context:
         "overrides.txt": overrides_txt(config),
         "zenvllm_amx.pth": amx.PTH_LINE,
     }
-    copies = dict(package_files())
+    copies = dict(shipped.files())
     copies.update({f"wheelhouse/{w.name}": w for w in wheels})
     # update-ca-certificates only reads *.crt.
     copies.update({f"certs/{c.stem}.crt": c for c in certs})
     for empty in ("wheelhouse", "certs"):
         if not any(k.startswith(empty + "/") for k in copies):
             files[f"{empty}/.keep"] = ""
-    return Context(
-        resolved.target, default_tag(config, resolved), labels(config, resolved), files, copies
-    )
+    return Context(resolved.target, default_tag(config, resolved), image_labels, files, copies)
 
 
 LINK_FROM = 1 << 20  # bytes: wheels are linked, the package's files and certificates copied

@@ -7,11 +7,14 @@ their verbs; on a workstation `zenvllm` (zenvllm.cli) has these and the rest.
 from zenvllm.runtime import (
     commands_calibrate,
     commands_doctor,
+    commands_engine,
     commands_model,
     commands_plan,
     console,
 )
 
 raise SystemExit(
-    console.run((commands_plan, commands_doctor, commands_calibrate, commands_model), None)
+    console.run(
+        (commands_plan, commands_doctor, commands_calibrate, commands_model, commands_engine), None
+    )
 )

@@ -1,0 +1,90 @@
+"""What hosts and images receive of zenvllm: the core and runtime layers, standard
+library only (zenvllm.SHIPPED_LAYERS), never the image or bench code.
+
+Images copy these files; hosts get them as one zipapp (`zenvllm.pyz`), which the
+Ansible collection carries in its instances role and runs with
+`PYTHONPATH=zenvllm.pyz python3 -m zenvllm.runtime plan|model|...`. The zipapp is
+byte-for-byte the same for the same sources (fixed order, times and modes), so a
+re-run of the play copies nothing.
+
+    python -m zenvllm.image.shipped DEST.pyz
+"""
+
+from __future__ import annotations
+
+import sys
+import zipfile
+from pathlib import Path
+
+from zenvllm import SHIPPED_LAYERS, __version__
+from zenvllm.core import gate
+from zenvllm.core.errors import UserError
+from zenvllm.image import data
+
+# The first lines of the file: ownership is proven by content (Ansible reads them
+# before replacing a file at that path), then the archive itself.
+MARK = "# zenvllm planner "
+HEADER = (
+    f"#!/usr/bin/env python3\n{MARK}{__version__}: zenvllm's core and runtime as one zipapp.\n"
+).encode()
+MAIN = b"from zenvllm.runtime import __main__  # noqa: F401\n"
+OWN = "reinstall zenvllm: its own files are missing or damaged"
+EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip entry can hold
+
+
+def files() -> dict[str, Path]:
+    """Path inside the package tree (zenvllm/...) -> the file on disk."""
+    root = data.ROOT
+    found = [root / "__init__.py"]
+    found += [p for layer in SHIPPED_LAYERS for p in sorted((root / layer).glob("*.py"))]
+    return {f"zenvllm/{p.relative_to(root)}": p for p in found}
+
+
+def _entry(name: str) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name, date_time=EPOCH)
+    info.external_attr = 0o644 << 16
+    info.compress_type = zipfile.ZIP_DEFLATED
+    return info
+
+
+def write_zipapp(dest: Path) -> Path:
+    """Write the zipapp atomically; only over a file that is zenvllm's own."""
+    dest = Path(dest)
+    if (dest.exists() or dest.is_symlink()) and not is_ours(dest):
+        raise UserError(
+            f"{dest} exists and zenvllm did not write it (its second line is not "
+            f"{MARK.strip()!r}); give the planner zipapp another path"
+        )
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    with tmp.open("wb") as out:
+        out.write(HEADER)
+        with zipfile.ZipFile(out, "w") as archive:
+            archive.writestr(_entry("__main__.py"), MAIN)
+            for name, path in sorted(files().items()):
+                archive.writestr(_entry(name), gate.read_bytes(path, gate.SMALL, OWN))
+    tmp.chmod(0o644)
+    tmp.replace(dest)
+    return dest
+
+
+def is_ours(path: Path) -> bool:
+    """Its second line is the mark (a FIFO, a device or a file over 1 MiB is not)."""
+    if path.is_symlink():
+        return False
+    try:
+        head = gate.read_bytes(path, gate.SMALL, "").split(b"\n", 2)
+    except gate.InputError:
+        return False
+    return len(head) > 2 and head[1].startswith(MARK.encode())
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m zenvllm.image.shipped DEST.pyz", file=sys.stderr)
+        return 2
+    print(write_zipapp(Path(argv[0])))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,51 @@
+"""The Ansible collection (ansible/ is its root) stands on its own: one version with the
+Python package, no role reaching outside it, and the pins it repeats equal to the
+compatibility matrix's. Building, installing and deploying it for real is
+tests/ansible/test_nspawn.py's."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import yaml
+
+import zenvllm
+from zenvllm.image import data, render
+
+REPO = Path(__file__).resolve().parents[2]
+COLLECTION = REPO / "ansible"
+
+
+def test_the_package_the_collection_and_the_changelog_share_one_version():
+    galaxy = yaml.safe_load((COLLECTION / "galaxy.yml").read_text())
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert galaxy["version"] == project["version"] == zenvllm.__version__
+    assert f"## [{zenvllm.__version__}]" in (REPO / "CHANGELOG.md").read_text()
+    assert galaxy["license"] == [project["license"]] == ["Apache-2.0"]
+
+
+def test_no_role_reaches_outside_the_collection():
+    outside = re.compile(r"(\.\./){2,}|/scripts/|dockerfiles/build\.yaml'")
+    offenders = [
+        f"{path.relative_to(COLLECTION)}:{n}"
+        for path in sorted((COLLECTION / "roles").rglob("*.yml"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if not line.lstrip().startswith("#") and outside.search(line)
+    ]
+    assert offenders == []
+
+
+def test_the_router_pin_is_the_matrix_pin():
+    pin = str(render.load_config()["fleet"]["vllm-router"]["version"])
+    role = COLLECTION / "roles" / "zenvllm_router"
+    default = yaml.safe_load((role / "defaults" / "main.yml").read_text())
+    spec = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())
+    option = spec["argument_specs"]["main"]["options"]["zenvllm_router_version"]
+    assert str(default["zenvllm_router_version"]) == str(option["default"]) == pin
+
+
+def test_the_package_reads_the_collection_it_ships():
+    assert (data.ANSIBLE / "galaxy.yml").read_bytes() == (COLLECTION / "galaxy.yml").read_bytes()
+    assert (data.ANSIBLE / "playbooks" / "deploy.yml").is_file()
