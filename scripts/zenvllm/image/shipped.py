@@ -12,6 +12,7 @@ re-run of the play copies nothing.
 
 from __future__ import annotations
 
+import io
 import sys
 import zipfile
 from pathlib import Path
@@ -20,6 +21,7 @@ from zenvllm import SHIPPED_LAYERS, __version__
 from zenvllm.core import gate
 from zenvllm.core.errors import UserError
 from zenvllm.image import data
+from zenvllm.runtime.atomic import write_atomically
 
 # The first lines of the file: ownership is proven by content (Ansible reads them
 # before replacing a file at that path), then the archive itself.
@@ -55,15 +57,13 @@ def write_zipapp(dest: Path) -> Path:
             f"{dest} exists and zenvllm did not write it (its second line is not "
             f"{MARK.strip()!r}); give the planner zipapp another path"
         )
-    tmp = dest.with_name(f".{dest.name}.tmp")
-    with tmp.open("wb") as out:
-        out.write(HEADER)
-        with zipfile.ZipFile(out, "w") as archive:
-            archive.writestr(_entry("__main__.py"), MAIN)
-            for name, path in sorted(files().items()):
-                archive.writestr(_entry(name), gate.read_bytes(path, gate.SMALL, OWN))
-    tmp.chmod(0o644)
-    tmp.replace(dest)
+    buffer = io.BytesIO()
+    buffer.write(HEADER)  # Python finds the archive after it, as after a zipapp's shebang
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr(_entry("__main__.py"), MAIN)
+        for name, path in sorted(files().items()):
+            archive.writestr(_entry(name), gate.read_bytes(path, gate.SMALL, OWN))
+    write_atomically(dest, buffer.getvalue())
     return dest
 
 

@@ -1,5 +1,6 @@
 """Replace a file in one rename: a reader, a crash or a Ctrl-C sees the old file or the
-new one, never half of it (calibration files, a model directory's record)."""
+new one, never half of it (calibration files, a model directory's record, the planner
+zipapp)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ import tempfile
 from pathlib import Path
 
 
-def write_atomically(path: Path, text: str) -> None:
+def write_atomically(path: Path, content: str | bytes) -> None:
+    """Text is written as UTF-8, bytes as they are."""
+    data = content.encode() if isinstance(content, str) else content
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
             out.flush()
             os.fsync(out.fileno())
         os.chmod(tmp, 0o644)
