@@ -60,7 +60,10 @@ def installed(dist, tmp_path_factory):
     env = {
         "PATH": f"{venv / 'bin'}:/usr/sbin:/usr/bin:/sbin:/bin",
         "HOME": str(root),
-        "ZENVLLM_CACHE": os.environ.get("ZENVLLM_CACHE", "/var/cache/zenvllm"),
+        "ZENVLLM_CACHE": "/var/cache/zenvllm",
+        # The operator's settings (make exports the wheelhouse and CA certificates): the
+        # installed CLI reads the same ones the checkout's does.
+        **{k: v for k, v in os.environ.items() if k.startswith("ZENVLLM_")},
         **{k: v for k, v in engine.engine_env().items() if k == "DOCKER_HOST"},
     }
     return venv, empty, env
