@@ -15,12 +15,15 @@ import shlex
 import stat
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 import yaml
 from conftest import FIXTURES, REPO
 from support.ansible_run import planner_zipapp, playbook
+
+from zenvllm.image import shipped
 
 pytestmark = pytest.mark.ansible
 
@@ -213,12 +216,26 @@ def test_an_impossible_plan_fails_with_the_planners_numbers(tmp_path):
     assert not list((tmp_path / "units").iterdir())
 
 
-def test_the_planner_directory_carries_zenvllms_marker(rendered):
+def test_the_planner_on_each_host_is_the_zipapp_and_only_the_shipped_layers(rendered):
     base, _ = rendered
     for name in FLAVORS:
-        lib = base / name / "lib" / "zenvllm"
-        assert (lib / ".zenvllm-output").is_file()
-        assert (lib / "core" / "plan.py").is_file() and not (lib / "bench").exists()
+        zipapp = base / name / "lib" / "zenvllm.pyz"
+        assert zipapp.read_bytes() == (base / "zenvllm.pyz").read_bytes()
+        assert shipped.is_ours(zipapp)
+        names = zipfile.ZipFile(zipapp).namelist()
+        assert "zenvllm/core/plan.py" in names
+        assert not [n for n in names if n.startswith(("zenvllm/bench/", "zenvllm/image/"))]
+
+
+def test_a_file_at_the_planners_path_zenvllm_did_not_write_is_refused_untouched(tmp_path):
+    (tmp_path / "lib").mkdir()
+    theirs = tmp_path / "lib" / "zenvllm.pyz"
+    theirs.write_text("#!/bin/sh\n# the operator's own tool\n")
+    run = render_one(tmp_path, "systemd")
+    assert run.rc != 0
+    assert f"{theirs} exists and zenvllm did not write it" in " ".join(run.output.split())
+    assert theirs.read_text() == "#!/bin/sh\n# the operator's own tool\n"
+    assert sorted(p.name for p in (tmp_path / "lib").iterdir()) == ["zenvllm.pyz"]
 
 
 def test_a_smaller_plan_prunes_the_files_of_dropped_instances(rendered):
@@ -325,14 +342,24 @@ def test_a_keys_directory_zenvllm_did_not_make_is_refused_untouched(tmp_path):
     assert (keys / "notes.txt").read_text() == "the operator's notes\n"
 
 
-def test_a_planner_directory_zenvllm_did_not_make_is_refused_untouched(tmp_path):
+def test_a_directory_of_the_old_planners_name_zenvllm_did_not_make_is_left_alone(tmp_path):
+    """Releases before the zipapp installed lib/zenvllm/ with a marker: that one goes;
+    an unmarked directory of that name is the operator's and stays as it is."""
     theirs = tmp_path / "lib" / "zenvllm"
     theirs.mkdir(parents=True)
     (theirs / "mine.py").write_text("print('the operator's module')\n")
+    (tmp_path / "units").mkdir()
     run = render_one(tmp_path, "systemd")
-    assert run.rc != 0
-    assert f"{theirs} exists and zenvllm did not make it" in run.output, run.output[-3000:]
+    assert run.rc == 0 and run.failed() == 0, run.output[-3000:]
     assert [p.name for p in theirs.iterdir()] == ["mine.py"]
+    assert shipped.is_ours(tmp_path / "lib" / "zenvllm.pyz")
+    old = tmp_path / "old"
+    (old / "lib" / "zenvllm" / "core").mkdir(parents=True)
+    (old / "lib" / "zenvllm" / ".zenvllm-output").write_text("zenvllm planner\n")
+    (old / "units").mkdir()
+    run = render_one(old, "systemd")
+    assert run.rc == 0 and run.failed() == 0, run.output[-3000:]
+    assert sorted(p.name for p in (old / "lib").iterdir()) == ["zenvllm.pyz"]
 
 
 def render_one(tmp_path, supervisor: str, **extra):
@@ -346,6 +373,7 @@ def render_one(tmp_path, supervisor: str, **extra):
             "zenvllm_instances_count": 1,
             "zenvllm_instances_render_only": True,
             "zenvllm_instances_supervisor": supervisor,
+            "zenvllm_planner": str(planner_zipapp(tmp_path)),
             **instance_paths(tmp_path),
             **extra,
         },
