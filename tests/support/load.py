@@ -15,6 +15,7 @@ import urllib.request
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from http.client import HTTPException
 
 
 @dataclass
@@ -90,7 +91,8 @@ def run_load(
             outcome = None
         except urllib.error.HTTPError as err:
             outcome = f"HTTP {err.code}"
-        except (urllib.error.URLError, OSError, ValueError, KeyError) as err:
+        # A reply cut short (IncompleteRead, a bad status line) is a failed request too.
+        except (urllib.error.URLError, OSError, ValueError, KeyError, HTTPException) as err:
             outcome = type(err).__name__
         with lock:
             result.sent += 1
