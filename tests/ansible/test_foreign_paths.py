@@ -8,6 +8,8 @@ make. Run against this machine, on paths under the test's own directory.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 from support.ansible_run import playbook
@@ -103,3 +105,61 @@ def test_the_router_refuses_a_venv_it_did_not_make(tmp_path, layout):
     assert "without zenvllm's marker" in run.output
     assert (paths["venv"] / "keep").read_text() == "an operator's file\n"
     assert sorted(p.name for p in paths["venv"].iterdir()) == ["keep"]
+
+
+REGISTRY_IMAGE = "registry.invalid:5000/zenvllm/vllm-openai:0.32.0"
+
+
+@pytest.fixture
+def registry_paths(tmp_path):
+    """The image role's registry CA file and login directory, under tmp_path (extra
+    vars outrank the role's vars), with a CA of the operator's at both."""
+    ca = tmp_path / "certs.d" / "registry.invalid:5000" / "ca.crt"
+    ca.parent.mkdir(parents=True)
+    ca.write_text("-----BEGIN CERTIFICATE-----\nthe operator's CA\n-----END CERTIFICATE-----\n")
+    login = tmp_path / "registry-login"
+    login.mkdir()
+    (login / "config.json").write_text('{"auths": {"theirs": {}}}\n')
+    ours = tmp_path / "ca.pem"
+    ours.write_text("-----BEGIN CERTIFICATE-----\nzenvllm's CA\n-----END CERTIFICATE-----\n")
+    variables = {
+        "zenvllm_image": REGISTRY_IMAGE,
+        "zenvllm_image_registry_ca_path": str(ca),
+        "zenvllm_image_registry_config_dir": str(login),
+        "zenvllm_image_registry_username": "puller",
+        "zenvllm_image_registry_password": "not-logged",
+    }
+    return {"ca": ca, "login": login, "ours": ours}, variables
+
+
+def snapshot(*roots: Path) -> dict[str, str]:
+    return {str(p): p.read_text() for root in roots for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_the_image_role_refuses_a_ca_file_and_a_login_directory_it_did_not_make(
+    tmp_path, registry_paths
+):
+    paths, variables = registry_paths
+    before = snapshot(paths["ca"].parent, paths["login"])
+    run = run_tasks(
+        tmp_path,
+        [("zenvllm_image", "registry_ca")],
+        {**variables, "zenvllm_image_registry_ca": str(paths["ours"])},
+    )
+    assert run.rc != 0
+    assert f"{paths['ca']} exists and zenvllm did not write it" in " ".join(run.output.split())
+    run = run_tasks(tmp_path, [("zenvllm_image", "registry_login")], variables)
+    assert run.rc != 0
+    assert f"{paths['login']} exists and zenvllm did not make it" in " ".join(run.output.split())
+    assert "not-logged" not in run.output
+    assert snapshot(paths["ca"].parent, paths["login"]) == before
+
+
+def test_the_image_roles_absent_keeps_a_ca_file_and_a_login_it_did_not_make(
+    tmp_path, registry_paths
+):
+    paths, variables = registry_paths
+    before = snapshot(paths["ca"].parent, paths["login"])
+    run = run_tasks(tmp_path, [("zenvllm_image", "absent")], variables)
+    assert run.rc == 0 and run.failed() == 0, run.output[-3000:]
+    assert snapshot(paths["ca"].parent, paths["login"]) == before
