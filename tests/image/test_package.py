@@ -27,7 +27,7 @@ TEST_TOOLS = ("pytest", "hypothesis", "ruff", "ansible-lint", "yamllint", "hadol
 
 
 def run(argv: list, cwd: Path, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
-    done = subprocess.run(
+    return subprocess.run(
         [str(a) for a in argv],
         cwd=cwd,
         env=env,
@@ -36,7 +36,6 @@ def run(argv: list, cwd: Path, env: dict, timeout: float = 600) -> subprocess.Co
         timeout=timeout,
         check=False,
     )
-    return done
 
 
 @pytest.fixture(scope="module")
