@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 import zenvllm
-from zenvllm.image import data, render
+from zenvllm.image import data, render, shipped
 
 REPO = Path(__file__).resolve().parents[2]
 COLLECTION = REPO / "ansible"
@@ -49,3 +49,8 @@ def test_the_router_pin_is_the_matrix_pin():
 def test_the_package_reads_the_collection_it_ships():
     assert (data.ANSIBLE / "galaxy.yml").read_bytes() == (COLLECTION / "galaxy.yml").read_bytes()
     assert (data.ANSIBLE / "playbooks" / "deploy.yml").is_file()
+
+
+def test_the_role_knows_the_planner_by_the_mark_the_package_writes():
+    role_vars = COLLECTION / "roles" / "zenvllm_instances" / "vars" / "main.yml"
+    assert yaml.safe_load(role_vars.read_text())["zenvllm_instances_planner_mark"] == shipped.MARK
