@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 import zenvllm
+from zenvllm.core import compile_cache
 from zenvllm.image import data, render, shipped
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,3 +55,11 @@ def test_the_package_reads_the_collection_it_ships():
 def test_the_role_knows_the_planner_by_the_mark_the_package_writes():
     role_vars = COLLECTION / "roles" / "zenvllm_instances" / "vars" / "main.yml"
     assert yaml.safe_load(role_vars.read_text())["zenvllm_instances_planner_mark"] == shipped.MARK
+
+
+def test_the_role_marks_the_compile_cache_as_the_package_names_it():
+    role_vars = yaml.safe_load(
+        (COLLECTION / "roles" / "zenvllm_instances" / "vars" / "main.yml").read_text()
+    )
+    assert role_vars["zenvllm_instances_compile_cache_mark_file"] == compile_cache.MARK_FILE
+    assert role_vars["zenvllm_instances_compile_cache_mark"] == compile_cache.MARK

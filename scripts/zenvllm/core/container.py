@@ -16,7 +16,7 @@ import ipaddress
 import json
 from dataclasses import asdict, dataclass, field
 
-from zenvllm.core import gate
+from zenvllm.core import compile_cache, gate
 from zenvllm.core.errors import UserError
 from zenvllm.core.topology import format_cpu_list
 
@@ -66,6 +66,9 @@ class Settings:
     # Where vLLM listens: loopback behind the host's own gateway; the host's private
     # address behind a fleet router (which, with a firewall and the key, alone reaches it).
     address: str = "127.0.0.1"
+    # Host directory under which each instance keeps vLLM's compile cache
+    # (ROOT/INSTANCE/KEY, core/compile_cache.py); "" = none, every start compiles.
+    compile_cache_dir: str = ""
     secrets_digest: str = ""
 
     @classmethod
@@ -92,6 +95,13 @@ class Settings:
                 "127.0.0.1 (behind the host's gateway) or the host's private address (behind "
                 "a router)"
             ) from None
+        cache = settings.compile_cache_dir
+        if cache and (not cache.startswith("/") or any(c in cache for c in ":,\n")):
+            raise UserError(
+                f"--deployment-json: compile_cache_dir {cache!r} is not an absolute path "
+                "without ':' or ','; give one such as /var/cache/zenvllm/compile, or \"\" "
+                "for none"
+            )
         if settings.supervisor not in SUPERVISORS:
             raise UserError(
                 f"--deployment-json: supervisor {settings.supervisor!r} is not one of "
@@ -126,6 +136,7 @@ class Container:
     config_hash: str
     restart: str  # the engine's restart policy
     foreground: bool  # systemd's: in the foreground, removed when it stops
+    cache_dir: str = ""  # the host directory mounted at compile_cache.CONTAINER_DIR (vLLM's)
 
     @property
     def run_args(self) -> list[str]:
@@ -171,6 +182,20 @@ def container_of(instance, settings: Settings) -> Container:
         settings.served_model_name or settings.model_dir.rstrip("/").rsplit("/", 1)[-1] or "model"
     )
     env = {**instance.env, "HF_HUB_OFFLINE": "1", **settings.extra_env}
+    command = [
+        f"--model={settings.container_model_dir}",
+        f"--served-model-name={served}",
+        f"--host={settings.address}",
+        f"--port={instance.port}",
+        *([f"--max-model-len={settings.max_model_len}"] if settings.max_model_len else []),
+        *settings.serve_args,
+    ]
+    cache = ""
+    if settings.compile_cache_dir:
+        key = compile_cache.key(
+            f"{settings.image}@{settings.image_id}", placement(instance), command, env
+        )
+        cache = compile_cache.host_dir(settings.compile_cache_dir, name, key)
     options = [
         f"--name={name}",
         "--network=host",
@@ -184,20 +209,13 @@ def container_of(instance, settings: Settings) -> Container:
         ),
         f"--env-file={env_file}",
         f"--volume={settings.model_dir}:{settings.container_model_dir}:ro",
+        *([f"--volume={cache}:{compile_cache.CONTAINER_DIR}"] if cache else []),
         "--label=zenvllm.managed=true",
         f"--label=zenvllm.deployment={settings.deployment}",
         f"--label=zenvllm.instance={name}",
         f"--label=zenvllm.port={instance.port}",
         f"--label=zenvllm.image-id={settings.image_id}",
         *settings.extra_options,
-    ]
-    command = [
-        f"--model={settings.container_model_dir}",
-        f"--served-model-name={served}",
-        f"--host={settings.address}",
-        f"--port={instance.port}",
-        *([f"--max-model-len={settings.max_model_len}"] if settings.max_model_len else []),
-        *settings.serve_args,
     ]
     # Everything that shapes the container, the env file (secrets by digest) included:
     # a container whose label differs is out of date and gets replaced.
@@ -219,4 +237,5 @@ def container_of(instance, settings: Settings) -> Container:
         config_hash=config_hash,
         restart=SUPERVISORS[settings.supervisor],
         foreground=settings.supervisor == "systemd",
+        cache_dir=cache,
     )

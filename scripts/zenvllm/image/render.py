@@ -16,7 +16,7 @@ from pathlib import Path
 import jinja2
 import yaml
 
-from zenvllm.core import gate
+from zenvllm.core import compile_cache, gate
 from zenvllm.core.errors import ConfigError, UserError
 from zenvllm.core.targets import TARGETS
 from zenvllm.image import data, matrix, outputs, shipped
@@ -235,6 +235,7 @@ def template_vars(
         "venv": d["venv"],
         "python": resolved.pins["python"],
         "user": d["user"],
+        "compile_cache": compile_cache.CONTAINER_DIR,
         "port": d["port"],
         "apt": config["apt"],
         "preload": preload_paths(config),

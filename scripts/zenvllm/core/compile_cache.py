@@ -1,0 +1,70 @@
+"""vLLM's compile cache, kept on the host so that a restart does not compile again.
+
+In its default compiled mode vLLM traces the model with Dynamo and has Inductor
+write and build C++ kernels before it serves: about a minute for a 0.5 B model on
+2 cores, paid again at every start unless the artifacts outlive the container.
+A deployment mounts one host directory per instance and key at CONTAINER_DIR;
+the key changes with anything that shapes the compiled code (image, cpus, memory
+node, serve arguments, env), so a changed instance starts from an empty directory
+instead of a stale one, and vLLM and Inductor key their own entries inside it
+(model config, code, graph, ISA). Pure; standard library only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+# Where the container keeps it (the image creates it, owned by vLLM's user, so a
+# named volume mounted there is writable too).
+CONTAINER_DIR = "/var/cache/vllm"
+# What marks the host's cache directory as zenvllm's (ownership by content, not name):
+# this file in it, starting with MARK. The instances role repeats both (a test keeps them equal).
+MARK_FILE = ".zenvllm-compile-cache"
+MARK = "zenvllm:"
+
+
+def env(root: str = CONTAINER_DIR) -> dict[str, str]:
+    """The variables that put vLLM's and Inductor's caches under `root`.
+
+    VLLM_USE_AOT_COMPILE=0: vLLM 0.32 saves its AOT artifact on the CPU platform but
+    cannot load it back ("'function' object has no attribute 'finalize_loading'",
+    measured: the warm start compiled again); upstream disables AOT on CPU
+    (vllm-project/vllm#32037). Without it vLLM traces with Dynamo (seconds) and
+    Inductor's FX graph and AOTAutograd caches skip the code generation and g++.
+    """
+    return {
+        "VLLM_CACHE_ROOT": root,
+        "TORCHINDUCTOR_CACHE_DIR": f"{root}/inductor",
+        "VLLM_USE_AOT_COMPILE": "0",
+    }
+
+
+def key(image: str, placement: list[str], command: list[str], env: dict[str, str]) -> str:
+    """16 hex digits naming what the compiled code depends on (secrets excluded)."""
+    shape = [image, placement, command, sorted(env.items())]
+    return hashlib.sha256(json.dumps(shape).encode()).hexdigest()[:16]
+
+
+def host_dir(root: str, instance: str, cache_key: str) -> str:
+    """The instance's directory for this key: ROOT/INSTANCE/KEY."""
+    return f"{root.rstrip('/')}/{instance}/{cache_key}"
+
+
+def describe(root: str, artifacts: int, size_bytes: int, kept: bool) -> str:
+    """The launcher's line: whether this start is warm, cold, or compiles every time."""
+    if not kept:
+        return (
+            f"compile cache: not kept ({root} is not a volume): this start compiles and a "
+            f"restart compiles again; mount a host directory or a named volume at "
+            f"{CONTAINER_DIR} (a deployment does, one per instance)"
+        )
+    if artifacts == 0:
+        return (
+            f"compile cache: cold ({root} is empty): this start compiles and keeps the "
+            "result for the next"
+        )
+    return (
+        f"compile cache: warm ({artifacts} compiled artifacts, {size_bytes / 1e6:.1f} MB in "
+        f"{root}): this start loads them instead of compiling"
+    )
