@@ -97,6 +97,7 @@ def deployment(tmp_path_factory):
         "zenvllm_instances_config_dir": str(base / "etc"),
         "zenvllm_instances_lib_dir": str(base / "lib"),
         "zenvllm_instances_seccomp_profile": str(base / "etc" / "seccomp-numa.json"),
+        "zenvllm_instances_compile_cache_dir": str(base / "compile"),
         "zenvllm_planner": str(planner),
         "zenvllm_gateway_listen": f"0.0.0.0:{GATEWAY}",
         "zenvllm_gateway_site_path": str(SITE),
@@ -121,6 +122,7 @@ def test_check_mode_on_a_fresh_host_changes_nothing(deployment):
     run = playbook("--check", "--diff", extra_vars=variables)
     assert run.rc == 0 and run.failed() == 0, run.output[-5000:]
     assert not (base / "etc").exists() and not (base / "lib").exists()
+    assert not (base / "compile").exists()  # the compile caches too
     assert not SITE.exists()
     for name in NAMES:
         assert engine.docker("inspect", name, check=False).returncode != 0
@@ -411,6 +413,58 @@ def check_interrupted(rc: int, output: str, etc: Path, name: str, extra: dict, l
     assert not etc.exists() and not Path(extra["zenvllm_gateway_site_path"]).exists()
 
 
+def start_log(name: str) -> tuple[float, str]:
+    """Seconds from the container's (re)start to vLLM's "Application startup complete",
+    by the engine's own clock, and what that start logged."""
+    started_at = inspect(name)["State"]["StartedAt"]
+    done = engine.docker("logs", "--timestamps", "--since", started_at, name)
+    lines = (done.stdout + done.stderr).splitlines()
+    ready = next(line for line in lines if "Application startup complete" in line)
+    seconds = (stamp(ready) - stamp(started_at)).total_seconds()
+    return seconds, "\n".join(lines)
+
+
+def stamp(text: str) -> datetime:
+    return datetime.fromisoformat(text.split()[0][:26].rstrip("Z"))
+
+
+def wait_health(port: int, timeout_s: float = 600) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=2) as conn:
+                conn.sendall(b"GET /health HTTP/1.0\r\n\r\n")
+                if b" 200 " in conn.recv(64):
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"port {port}: no /health within {timeout_s} s")
+
+
+def test_a_restarted_instance_comes_back_warm_and_faster_than_cold(deployment):
+    """vLLM's default compiled mode, rolled out: each instance compiles once into its
+    own cache directory (a new key: the serve arguments changed), then a restart of
+    the container loads what it compiled and is ready sooner."""
+    base, variables = deployment
+    compiled = {**variables, "zenvllm_instances_serve_args": ["--dtype=bfloat16"]}
+    run = playbook(extra_vars=compiled)
+    assert run.rc == 0 and run.failed() == 0, run.output[-5000:]
+    cold, cold_log = start_log(NAMES[0])
+    assert "compile cache: cold" in cold_log, cold_log[-3000:]
+    # One directory per instance, of the current key only: the eager key's was pruned.
+    for name in NAMES:
+        keys = list((base / "compile" / name).iterdir())
+        assert len(keys) == 1 and any(keys[0].joinpath("inductor").rglob("*.so")), keys
+    engine.docker("restart", NAMES[0])
+    wait_health(PORTS[0])
+    warm, warm_log = start_log(NAMES[0])
+    assert "compile cache: warm" in warm_log, warm_log[-3000:]
+    print(f"\ntime to ready, 2 cores: cold {cold:.1f} s, warm {warm:.1f} s")
+    assert warm < cold, (cold, warm)
+    assert completion("tiny-llama")["usage"]["completion_tokens"] == 8
+
+
 def test_undeploy_removes_the_deployment_and_again_changes_nothing(deployment):
     base, variables = deployment
     absent = {**variables, "zenvllm_state": "absent"}
@@ -422,6 +476,7 @@ def test_undeploy_removes_the_deployment_and_again_changes_nothing(deployment):
     assert left.stdout.strip() == ""
     # Env files, run scripts, the seccomp profile, the planner and their directories.
     assert not (base / "etc").exists() and not (base / "lib").exists()
+    assert not (base / "compile").exists()  # the compile caches too
     assert not SITE.exists()
     assert engine.docker("image", "inspect", IMAGE, check=False).returncode == 0  # kept
     assert Path(variables["zenvllm_model_dir"], "config.json").exists()  # kept

@@ -163,3 +163,40 @@ def test_the_image_roles_absent_keeps_a_ca_file_and_a_login_it_did_not_make(
     run = run_tasks(tmp_path, [("zenvllm_image", "absent")], variables)
     assert run.rc == 0 and run.failed() == 0, run.output[-3000:]
     assert snapshot(paths["ca"].parent, paths["login"]) == before
+
+
+def test_the_instances_role_refuses_a_compile_cache_directory_it_did_not_make(tmp_path):
+    theirs = tmp_path / "cache"
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("an operator's files\n")
+    variables = {
+        "zenvllm_instances_compile_cache_dir": str(theirs),
+        "zenvllm_instances_plan": {"instances": []},
+    }
+    run = run_tasks(tmp_path, [("zenvllm_instances", "compile_cache")], variables)
+    assert run.rc != 0
+    assert f"{theirs} exists and zenvllm did not make it" in run.output
+    assert "zenvllm_instances_compile_cache_dir another path" in run.output
+    assert [p.name for p in theirs.iterdir()] == ["notes.txt"]
+
+
+def test_pruning_compile_caches_removes_only_this_deployments_stale_keys(tmp_path):
+    """Older keys and unplanned instances of this deployment go; the current key, other
+    deployments' caches and names that only look alike stay."""
+    root = tmp_path / "compile"
+    keep = root / "site-0" / ("b" * 16)
+    stale = [root / "site-0" / ("a" * 16), root / "site-5" / ("c" * 16)]
+    stays = [keep, root / "site-other-0" / ("d" * 16), root / "site-0x" / ("e" * 16)]
+    for path in stale + stays:
+        path.mkdir(parents=True)
+        (path / "kernel.so").write_text("x")
+    variables = {
+        "zenvllm_instances_compile_cache_dir": str(root),
+        "zenvllm_instances_deployment": "site",
+        "zenvllm_instances_cache_keep": [str(keep)],
+    }
+    run = run_tasks(tmp_path, [("zenvllm_instances", "compile_cache_prune")], variables)
+    assert run.rc == 0, run.output[-3000:]
+    assert [p.exists() for p in stale] == [False, False]
+    assert [p.exists() for p in stays] == [True, True, True]
+    assert not (root / "site-5").exists() and (root / "site-0").exists()

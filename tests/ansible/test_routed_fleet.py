@@ -279,6 +279,7 @@ def fleet(tmp_path_factory):
             "zenvllm_instances_config_dir": str(work / "here" / "etc"),
             "zenvllm_instances_lib_dir": str(work / "here" / "lib"),
             "zenvllm_instances_seccomp_profile": str(work / "here" / "etc" / "seccomp-numa.json"),
+            "zenvllm_instances_compile_cache_dir": str(work / "here" / "compile"),
             # The shared machine's kernel settings and packages stay as they are.
             "zenvllm_host_manage_sysctls": False,
             "zenvllm_host_manage_shm": False,
