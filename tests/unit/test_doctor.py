@@ -52,11 +52,12 @@ def test_avx2_only_vm_says_avx512_absent_and_zen_pace_wont_accelerate() -> None:
     assert checks["pace"].status == WARN and "not accelerate" in checks["pace"].consequence
 
 
-def test_intel_host_zen_and_pace_not_applicable_yet_their_images_serve() -> None:
+def test_intel_host_zen_not_applicable_but_pace_accelerates_as_pace_vllm_decides() -> None:
     checks = doctor("xeon-8480-spr-amx")
     assert checks["zen"].status == NA and "GenuineIntel" in checks["zen"].finding
     assert "the zen image serves as vllm-openai would" in checks["zen"].consequence
-    assert checks["pace"].status == NA and "serves" in checks["pace"].consequence
+    # pace-vllm checks only avx512f + avx512_bf16 (vLLM picked PacePlatform on an SPR view).
+    assert checks["pace"].status == OK and "published for AMD EPYC" in checks["pace"].consequence
     assert checks["vllm-openai"].status == OK and "amx_bf16" in checks["vllm-openai"].finding
 
 

@@ -234,13 +234,19 @@ def test_zen_target_where_it_cannot_accelerate_is_refused_naming_the_way_on(cpu,
     assert "--allow-inactive to serve it anyway" in str(refused.value)
 
 
-@pytest.mark.parametrize("target", ["zen", "pace"])
-def test_allow_inactive_plans_it_with_a_warning(target):
-    host = flavor(8, 32, cpu="sapphire-rapids")
+@pytest.mark.parametrize(
+    ("target", "cpu", "lacks"),
+    [
+        ("zen", "sapphire-rapids", "vendor AuthenticAMD"),
+        ("pace", "milan", "avx512f, avx512_bf16"),  # pace-vllm asks no vendor
+    ],
+)
+def test_allow_inactive_plans_it_with_a_warning(target, cpu, lacks):
+    host = flavor(8, 32, cpu=cpu)
     plan = make_plan(host, TINY, Policy(target=target, allow_inactive=True))
     # Sized and placed as vllm-openai would be: only the target's tuning env differs.
     assert [i.cpus for i in plan.instances] == [i.cpus for i in make_plan(host, TINY).instances]
-    assert plan.warnings[0].startswith(f"target {target} needs vendor AuthenticAMD")
+    assert plan.warnings[0].startswith(f"target {target} needs {lacks}")
     assert "it would run without its acceleration" in plan.warnings[0]
 
 
