@@ -1,0 +1,105 @@
+"""The speed guard: the planner's layout against stock vLLM, both measured in one run,
+must keep the advantage the recorded runs showed, less their measured spread.
+
+Only ratios are compared (these machines are noisy; absolute figures move with the
+load), and only against recorded runs of the same model on as many CPUs, in vLLM's
+compiled mode. The floor is the lowest ratio a recorded repeat reached less the spread of all
+recorded repeats (across runs and machines), so a run as good as the recorded ones
+passes and a planner that lost its advantage (about 1.0x on 2 cores) fails.
+
+    python -m zenvllm.bench.guard OUT [--recorded docs/bench]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+from zenvllm.core import gate
+from zenvllm.image import data
+
+PLANNER, BASELINE = "auto", "stock"
+RECORDED = data.ROOT.parent.parent / "docs" / "bench"
+FIX = "run `zenvllm bench --configs stock,auto` into it again"
+
+
+def repeat_ratios(doc: dict) -> list[float]:
+    """The planner's output tok/s over stock's, repeat by repeat."""
+    by = {
+        (r["config"], r["repeat"]): r["output_tok_s"]
+        for r in doc.get("runs", [])
+        if r.get("output_tok_s", 0) > 0
+    }
+    repeats = sorted({rep for (config, rep) in by if config == PLANNER})
+    return [by[PLANNER, n] / by[BASELINE, n] for n in repeats if (BASELINE, n) in by]
+
+
+def comparable(doc: dict, model: str, cpus: int) -> bool:
+    meta = doc.get("meta", {})
+    return (
+        meta.get("model") == model
+        and meta.get("cpus") == cpus
+        and not meta.get("workload", {}).get("enforce_eager", False)
+    )
+
+
+def floor(recorded: list[dict], model: str, cpus: int) -> tuple[float, str] | None:
+    """The lowest ratio any recorded repeat reached, less the spread of all of them
+    (highest minus lowest, across runs and machines); None when nothing compares."""
+    pooled = [r for doc in recorded if comparable(doc, model, cpus) for r in repeat_ratios(doc)]
+    if not pooled:
+        return None
+    runs = sum(1 for doc in recorded if comparable(doc, model, cpus) and repeat_ratios(doc))
+    spread = max(pooled) - min(pooled)
+    basis = (
+        f"{len(pooled)} recorded repeats of {model} on {cpus} CPUs in {runs} run(s) "
+        f"({min(pooled):.3f}x-{max(pooled):.3f}x)"
+    )
+    return round(min(pooled) - spread, 3), basis
+
+
+def judge(doc: dict, recorded: list[dict]) -> tuple[bool, str]:
+    """Whether this run keeps the planner's advantage, and the sentence that says so."""
+    meta = doc["meta"]
+    ratios = repeat_ratios(doc)
+    if not ratios:
+        return False, f"no {PLANNER} and {BASELINE} figures of one run to compare; {FIX}"
+    found = floor(recorded, meta["model"], meta["cpus"])
+    if found is None:
+        return False, (
+            f"no recorded compiled-mode run of {meta['model']} on {meta['cpus']} CPUs to set "
+            f"the floor from; record one in {RECORDED}"
+        )
+    limit, basis = found
+    ratio = statistics.median(ratios)
+    verdict = "holds" if ratio >= limit else "FAILED"
+    return ratio >= limit, (
+        f"speed guard {verdict}: {PLANNER} / {BASELINE} = {ratio:.3f}x in this run, floor "
+        f"{limit:.3f}x: the lowest of {basis} less their spread"
+    )
+
+
+def load(path: Path) -> dict:
+    return gate.obj(gate.read_json(path, gate.DOCUMENT, FIX), str(path), FIX)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m zenvllm.bench.guard", description=__doc__)
+    parser.add_argument("out", type=Path, help="the bench's output directory (results.json)")
+    parser.add_argument("--recorded", type=Path, default=RECORDED)
+    args = parser.parse_args(argv)
+    try:
+        doc = load(args.out / "results.json")
+        recorded = [load(p) for p in sorted(args.recorded.glob("*/results.json"))]
+    except gate.InputError as err:
+        print(f"speed guard: {err}", file=sys.stderr)
+        return 2
+    ok, sentence = judge(doc, recorded)
+    print(sentence)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,73 @@
+"""The speed guard's arithmetic on recorded result files: ratios of one run against a
+floor from the recorded runs less their spread (the real runs are in tests/bench)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from zenvllm.bench import guard
+
+RECORDED = sorted(guard.RECORDED.glob("*/results.json"))
+
+
+@pytest.fixture(scope="module")
+def recorded() -> list[dict]:
+    return [json.loads(p.read_text()) for p in RECORDED]
+
+
+@pytest.fixture(scope="module")
+def half_b(recorded) -> dict:
+    return next(d for d in recorded if d["meta"]["run_id"] == "26328e42")  # qwen0.5b
+
+
+def test_the_floor_is_the_lowest_recorded_repeat_less_the_spread(recorded):
+    pooled = [
+        r
+        for d in recorded
+        if d["meta"]["model"] == "bench-0.5b" and d["meta"]["cpus"] == 2
+        for r in guard.repeat_ratios(d)
+    ]
+    limit, basis = guard.floor(recorded, "bench-0.5b", 2)
+    assert limit == round(2 * min(pooled) - max(pooled), 3)
+    assert 1.0 < limit < min(pooled) and f"{len(pooled)} recorded repeats" in basis
+
+
+def test_a_recorded_run_passes_its_own_guard(recorded, half_b):
+    ok, sentence = guard.judge(half_b, recorded)
+    assert ok and sentence.startswith("speed guard holds: auto / stock = 1.792x")
+
+
+def test_the_planner_with_stocks_figures_fails(recorded, half_b):
+    sabotaged = copy.deepcopy(half_b)
+    stock = {r["repeat"]: r["output_tok_s"] for r in half_b["runs"] if r["config"] == "stock"}
+    for run in sabotaged["runs"]:
+        if run["config"] == "auto":
+            run["output_tok_s"] = stock[run["repeat"]] * 1.02
+    ok, sentence = guard.judge(sabotaged, recorded)
+    assert not ok and "speed guard FAILED: auto / stock = 1.020x" in sentence
+
+
+def test_eager_runs_other_models_and_other_hosts_set_no_floor(recorded):
+    assert guard.floor(recorded, "bench-0.5b", 64) is None
+    eager = copy.deepcopy(recorded)
+    for d in eager:
+        d["meta"]["workload"]["enforce_eager"] = True
+    assert guard.floor(eager, "bench-0.5b", 2) is None
+    ok, sentence = guard.judge(recorded[0] | {"meta": {"model": "x", "cpus": 2}}, recorded)
+    assert not ok and "no recorded compiled-mode run of x on 2 CPUs" in sentence
+
+
+def test_the_command_exits_1_on_a_failed_guard_and_2_on_a_bad_file(tmp_path, half_b, capsys):
+    sabotaged = copy.deepcopy(half_b)
+    for run in sabotaged["runs"]:
+        run["output_tok_s"] = 100.0
+    (tmp_path / "results.json").write_text(json.dumps(sabotaged))
+    assert guard.main([str(tmp_path)]) == 1
+    assert "FAILED" in capsys.readouterr().out
+    (tmp_path / "results.json").write_text("{not json")
+    assert guard.main([str(tmp_path)]) == 2
+    assert guard.main([str(Path(tmp_path, "absent"))]) == 2
