@@ -101,7 +101,10 @@ image: venv-deploy engine base-image
 # localhost (instances sized by the planner, nginx gateway on https://:443 with a generated
 # key: the play prints where the key and the CA certificate are).
 # DEPLOY_ARGS passes more ansible-playbook options, e.g. DEPLOY_ARGS="--check --diff".
-DEPLOY_IMAGE ?= zenvllm/$(TARGET):0.32.0
+# The tag `zenvllm build` gives TARGET (pace keeps its own vLLM pin: zenvllm/pace:0.28.0);
+# an unknown TARGET leaves it empty and `make image` stops first with the reason.
+DEPLOY_IMAGE ?= $(shell $(BIN)/python -c 'from zenvllm.image import render as r; \
+  c = r.load_config(); print(r.default_tag(c, r.resolve(c, "$(TARGET)", {}, None)))' 2>/dev/null)
 PLAYBOOK = cd ansible && ANSIBLE_HOME=$(CURDIR)/.cache/ansible ../$(BIN)/ansible-playbook playbooks/deploy.yml \
 	  -e zenvllm_docker_host=$(DOCKER_HOST)
 # Listed first, so a missing MODEL is said before anything is installed.
@@ -137,7 +140,7 @@ test-ansible: venv planner engine
 	    --no-install-recommends systemd-container debootstrap rsync nginx >/dev/null; }
 	$(PYTEST) -q tests/ansible
 
-# The sweep: stock vLLM against every layout the planner considers, zen against plain
+# The sweep: stock vLLM against every layout the planner considers, zen and pace against plain
 # and the peers (vLLM's data parallel, llama.cpp's server on bf16 and Q8_0 GGUF), each
 # model in one run; then the files are checked (complete, consistent). By default two
 # real-shape models made offline (Qwen2.5-0.5B's and Qwen2.5-1.5B's shapes, random
@@ -161,6 +164,7 @@ BENCH_RUN = $(BIN)/zenvllm bench $(BENCH_ARGS)
 bench: venv planner engine
 	$(MAKE) image TARGET=vllm-openai
 	$(MAKE) image TARGET=zen
+	$(MAKE) image TARGET=pace
 	$(MAKE) peer-image
 ifneq ($(MODEL),)
 	$(BENCH_RUN) --gateway deploy --out $(BENCH_OUT) --model $(abspath $(MODEL))

@@ -136,6 +136,7 @@ def test_two_core_machine_folds_identical_layouts():
         "auto",
         "two-per-node",
         "zen-auto",
+        "pace-auto",  # another image: never folded into auto
         "vllm-dp",
         "llamacpp",
         "llamacpp-q8",

@@ -189,12 +189,14 @@ def run(args: argparse.Namespace) -> int:
 def choose_images(
     args: argparse.Namespace, configs: list[layouts.Configuration], notes: list[str], host: Host
 ) -> tuple[dict[str, str], list[layouts.Configuration]]:
-    """Stock is the baseline, so its image must exist; without the zen image or the
-    llama.cpp peer's (built for this CPU) their configurations are skipped with a note
+    """Stock is the baseline, so its image must exist; without the zen or pace image or
+    the llama.cpp peer's (built for this CPU) their configurations are skipped with a note
     rather than failing the run."""
     images = {"vllm-openai": args.image or default_image("vllm-openai")}
     if any(c.target == "zen" for c in configs):
         images["zen"] = args.zen_image or default_image("zen")
+    if any(c.target == "pace" for c in configs):
+        images["pace"] = args.pace_image or default_image("pace")
     if any(c.target == "llamacpp" for c in configs):
         config = render.load_config()
         images["llamacpp"] = args.llamacpp_image or peers.default_tag(
@@ -211,7 +213,7 @@ def choose_images(
                 )
             notes.append(
                 f"{target} configurations skipped: image {tag} not built "
-                f"(make {'peer-image' if target == 'llamacpp' else 'image TARGET=zen'})"
+                f"(make {'peer-image' if target == 'llamacpp' else f'image TARGET={target}'})"
             )
             configs = [c for c in configs if c.target != target]
     return images, configs
@@ -377,6 +379,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--image", help="vllm-openai image tag (default: what make image builds)")
     parser.add_argument("--zen-image", help="zen image tag (default: make image TARGET=zen)")
+    parser.add_argument("--pace-image", help="pace image tag (default: make image TARGET=pace)")
     parser.add_argument(
         "--llamacpp-image", help="llama.cpp peer image tag (default: make peer-image)"
     )

@@ -142,6 +142,8 @@ CATALOGUE = (
     ),
     Spec("zen-auto", "plan", "zen image, the planner's auto layout", target="zen"),
     Spec("zen-single", "plan", "zen image, one instance on all cores", target="zen", instances=1),
+    # AMD PACE's plugin on its own vLLM pin (0.28.0; the others run 0.32.0).
+    Spec("pace-auto", "plan", "pace image (vLLM 0.28), the planner's auto layout", target="pace"),
     Spec(
         "vllm-dp",
         "dp",
