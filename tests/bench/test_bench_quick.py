@@ -1,9 +1,10 @@
 """`zenvllm bench --quick` end to end: real containers, real `vllm bench serve`, real files.
 
 Asserts structure and consistency only (every configuration present, each
-ratio the quotient of the numbers beside it, CSV = JSON, real PNGs, nothing
-left behind). How fast a layout is depends on the machine's load: that claim
-is checked on the full run's result file, not here.
+ratio the quotient of the numbers beside it, CSV = JSON, batch 1 measured and
+consistent with itself, the bandwidth measured, real PNGs, nothing left behind).
+How fast a layout is depends on the machine's load: that claim is checked on the
+full run's result file, not here.
 """
 
 from __future__ import annotations
@@ -97,6 +98,54 @@ def test_progress_is_shown_while_it_runs(quick):
     assert "| Model | stock |" in stdout  # the table is printed at the end
 
 
+def test_batch1_is_measured_for_each_configuration_with_servers(quick):
+    """One request at a time to the first instance of every configuration with servers
+    of its own (the gateway has none), its figures in the summary and the tables, and
+    consistent with themselves: requests one at a time never overlap, so the run lasts
+    at least the sum of each request's TTFT + (tokens - 1) x TPOT."""
+    out, stdout, _ = quick
+    result = json.loads((out / "results.json").read_text())
+    w = result["meta"]["workload"]
+    prompts = w["batch1_prompts"]
+    assert prompts == layouts.QUICK.batch1_prompts >= 1
+    served = [c["name"] for c in result["configurations"] if c["servers"]]
+    runs = {r["config"]: r for r in result["batch1"]}
+    assert sorted(runs) == sorted(served) and "gateway" not in runs
+    summary = {s["config"]: s for s in result["summary"]}
+    table = (out / "table.md").read_text()
+    for name, r in runs.items():
+        assert f"] {name}: batch 1, {prompts} prompts one at a time:" in stdout
+        assert (r["concurrency"], r["clients"], r["completed"], r["failed"]) == (1, 1, prompts, 0)
+        assert r["output_tokens"] == prompts * w["output_len"]
+        assert r["median_ttft_ms"] > 0 and r["median_tpot_ms"] > 0 and r["output_tok_s"] > 0
+        busy_s = prompts * (r["mean_ttft_ms"] + (w["output_len"] - 1) * r["mean_tpot_ms"]) / 1000
+        assert busy_s <= r["window_s"] * 1.01 + 0.01, (name, busy_s, r)
+        s = summary[name]
+        got = (s["batch1_ttft_ms"], s["batch1_tpot_ms"], s["batch1_output_tok_s"])
+        assert got == (r["median_ttft_ms"], r["median_tpot_ms"], r["output_tok_s"])
+        assert f"| {name} | {s['batch1_ttft_ms']:g} | {s['batch1_tpot_ms']:g} |" in table
+        assert len(list((out / "raw").glob(f"{name}-batch1-client0.json"))) == 1
+    assert summary["gateway"]["batch1_tpot_ms"] is None
+
+
+def test_the_roofline_divides_by_measured_bandwidth(quick):
+    """Without a calibration file the bench measures the bandwidth itself; the 0.2 M
+    test model's weights fit in the L3 caches, so it has no roofline rows, and says why."""
+    out, stdout, _ = quick
+    meta = json.loads((out / "results.json").read_text())["meta"]
+    assert meta["core_bandwidth_gbs"] > 0.5 and meta["core_alone_gbs"] > 0.5
+    assert meta["node_cores"] >= 1
+    if not Path("/etc/zenvllm/calibration.json").exists():
+        assert meta["bandwidth_measured_by_bench"] is True
+        assert meta["bandwidth_source"].startswith("measured by the bench")
+        assert "note: roofline bandwidth: measured by the bench" in stdout
+    result = json.loads((out / "results.json").read_text())
+    if meta["l3_bytes"] >= meta["weight_bytes"]:
+        assert result["roofline"] == []
+        assert "Roofline: none; the model's" in stdout
+    assert "over 100%" not in stdout
+
+
 def test_outputs_are_complete_and_consistent(quick):
     out, _, _ = quick
     assert check.check_outputs(out, list(layouts.QUICK_CONFIGS)) == []
@@ -138,8 +187,9 @@ def test_csv_and_json_agree(quick):
     result = json.loads((out / "results.json").read_text())
     with (out / "runs.csv").open() as f:
         rows = list(csv.DictReader(f))
-    assert len(rows) == len(result["runs"])
-    for row, run in zip(rows, result["runs"], strict=True):
+    runs = [*result["runs"], *result["batch1"]]  # the repeats, then batch 1
+    assert len(rows) == len(runs)
+    for row, run in zip(rows, runs, strict=True):
         assert row["config"] == run["config"]
         assert float(row["output_tok_s"]) == run["output_tok_s"]
         assert float(row["median_ttft_ms"]) == run["median_ttft_ms"]

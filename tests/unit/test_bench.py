@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zenvllm.bench import check, launch, layouts, report, results
+from zenvllm.bench import check, document, launch, layouts, report, results, roofline
 from zenvllm.core.container import Settings, container_of
 from zenvllm.core.errors import UserError
 from zenvllm.core.host import MIB
@@ -332,14 +332,18 @@ def result_doc(configs, runs):
         "model": "tiny-llama",
         "host": "test host",
         "cpus": 2,
-        "workload": {**asdict(replace(layouts.FULL, repeats=3, num_prompts=1, output_len=1))},
+        "workload": {
+            **asdict(
+                replace(layouts.FULL, repeats=3, num_prompts=1, output_len=1, batch1_prompts=0)
+            )
+        },
         "load_before": [0.1, 0.1, 0.1],
         "load_after": [0.2, 0.2, 0.2],
         "wall_s": 60.0,
         "notes": ["per-node: identical to single"],
         "failures": [],
     }
-    return results.result_document(meta, configs, {"vllm-openai": "img:1"}, runs)
+    return document.result_document(meta, configs, {"vllm-openai": "img:1"}, runs)
 
 
 def consistent_runs():
@@ -520,7 +524,7 @@ def test_vllm_dp_runs_one_rank_per_planner_slice_in_one_container():
     assert argv[argv.index("--entrypoint") + 1] == "vllm"  # vLLM's own, no launcher
     assert f"--cpuset-cpus={server.cpus}" in argv and "--port" in argv
     # The result document keeps it, and reads it back whole.
-    again = results.configs_from_dicts([results.config_dict(dp, "img:1")])
+    again = document.configs_from_dicts([document.config_dict(dp, "img:1")])
     assert again[0].servers[0].serve_args == server.serve_args
 
 
@@ -533,17 +537,21 @@ def test_the_roofline_compares_weight_bytes_streamed_with_the_cores_bandwidth():
         results.Summary(name, "x", 1, 10, 10, 10, 20, 5, 5, 5, tpot, tpot, tpot, None)
         for name, tpot in (("stock", 100.0), ("auto", 50.0), ("vllm-dp", 50.0), ("gateway", 60.0))
     ]
-    rows = {r["config"]: r for r in results.roofline(summaries, configs, 10**9, 2.5, 4)}
+    meta = {"weight_bytes": 10**9, "core_bandwidth_gbs": 2.5, "host_cores": 4}
+    rows = {r["config"]: r for r in roofline.roofline(summaries, configs, meta)}
     # 1 GB per step every 100 ms: 10 GB/s, over stock's 4 cores x 2.5 GB/s = 100 %.
     assert rows["stock"] == {
         "config": "stock",
         "weight_gbs": 10.0,
         "bandwidth_gbs": 10.0,
         "percent": 100.0,
+        "batch1_weight_gbs": None,  # no batch-1 figures here
+        "batch1_bandwidth_gbs": None,
+        "batch1_percent": None,
     }
     cores = [len(layouts.cpu_ids(s.omp_bind)) for s in by_name["auto"].servers]
     assert rows["auto"]["weight_gbs"] == 20.0  # per instance: each reads its own weights
     assert rows["auto"]["bandwidth_gbs"] == round(2.5 * sum(cores) / len(cores), 2)
     assert rows["vllm-dp"]["bandwidth_gbs"] == rows["auto"]["bandwidth_gbs"]  # a rank a slice
     assert "gateway" not in rows  # no servers of its own to measure against
-    assert results.roofline(summaries, configs, 0, 2.5, 4) == []  # model size unknown
+    assert roofline.roofline(summaries, configs, {**meta, "weight_bytes": 0}) == []  # size unknown

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from zenvllm.bench import check, launch, layouts, report, results
+from zenvllm.bench import check, document, launch, layouts, report, results
 from zenvllm.core.errors import ConfigError, UserError
 from zenvllm.core.host import MIB
 from zenvllm.core.model import Model
@@ -182,7 +182,7 @@ def test_the_peers_table_is_written_and_checked(tmp_path):
             0.1,
         )
         runs.append(replace(run, median_tpot_ms=tpot))
-    workload = replace(layouts.FULL, repeats=1, num_prompts=1, output_len=1)
+    workload = replace(layouts.FULL, repeats=1, num_prompts=1, output_len=1, batch1_prompts=0)
     meta = {
         "model": "tiny",
         "host": "h",
@@ -195,7 +195,7 @@ def test_the_peers_table_is_written_and_checked(tmp_path):
         "failures": [],
     }
     ran = [c for c in configs if c.name in ("stock", "auto", "llamacpp")]
-    doc = results.result_document(meta, ran, {}, runs)
+    doc = document.result_document(meta, ran, {}, runs)
     report.write_outputs(doc, tmp_path)
     table = (tmp_path / "table.md").read_text()
     rate = {s["config"]: s["output_tok_s"] for s in doc["summary"]}

@@ -12,7 +12,7 @@ import pytest
 from support.quant_model import ensure_quant_model
 from support.tiny_model import ensure_tiny_model
 
-from zenvllm.bench import check, commands_bench, launch, layouts, report, results
+from zenvllm.bench import check, commands_bench, document, launch, layouts, report, results
 from zenvllm.core.errors import UserError
 from zenvllm.core.model import read_model
 from zenvllm.core.topology import read_host
@@ -134,9 +134,11 @@ def test_the_weights_table_is_written_and_checked(tmp_path):
         "wall_s": 1.0,
         "notes": [],
         "failures": [],
-        "workload": replace(layouts.FULL, repeats=1, num_prompts=1, output_len=1).__dict__,
+        "workload": replace(
+            layouts.FULL, repeats=1, num_prompts=1, output_len=1, batch1_prompts=0
+        ).__dict__,
     }
-    doc = results.result_document(meta, configs, {}, runs)
+    doc = document.result_document(meta, configs, {}, runs)
     (row,) = doc["weights"]
     rate = {s["config"]: s["output_tok_s"] for s in doc["summary"]}
     output = round(rate["auto-w8a8"] / rate["auto"], 3)  # ~1.5, as the clients' rates round

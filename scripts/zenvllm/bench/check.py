@@ -1,8 +1,10 @@
 """Is a bench output directory complete and consistent?
 
-`python -m zenvllm.bench.check DIR [--acceptance]`: every configuration ran
-every repeat with the same workload, the summary and ratios follow from the
-runs, the CSVs and the table say what results.json says, the plots are PNGs.
+`python -m zenvllm.bench.check DIR [--acceptance] [--near-best]`: every configuration
+ran every repeat (and batch 1) with the same workload, every derived figure (summary,
+ratios, verdict, peers, roofline) follows from the raw runs (bench/recompute.py derives
+them again; a stored verdict is never trusted), the CSVs and the table say what
+results.json says, the plots are PNGs.
 """
 
 from __future__ import annotations
@@ -12,8 +14,11 @@ import io
 import statistics
 from pathlib import Path
 
+from zenvllm.bench import recompute
 from zenvllm.bench.layouts import ACCEPTANCE_RATIO, NEAR_BEST, PLANNER, STOCK
-from zenvllm.bench.report import weights_row
+from zenvllm.bench.report import batch1_row, verdict_lines, weights_row
+from zenvllm.bench.results import Summary
+from zenvllm.bench.roofline import has_batch1, roofline_row
 from zenvllm.core import gate
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -45,9 +50,10 @@ def same(a: object, b: object) -> bool:
 def check_outputs(out_dir: Path, expect: list[str] | None = None) -> list[str]:
     """Every way a bench output directory can be incomplete or inconsistent, as messages.
 
-    Empty means: every configuration ran every repeat with the same workload, the
-    summary is the median/min/max of the runs, each ratio is the quotient of the
-    numbers beside it, the CSVs say what the JSON says, the table shows them, and
+    Empty means: every configuration ran every repeat (and batch 1) with the same
+    workload, the summary is the median/min/max of the runs, each ratio is the quotient
+    of the numbers beside it, the verdict and the roofline are what the runs give, no
+    share exceeds 100%, the CSVs say what the JSON says, the table shows them, and
     the plots are real PNGs."""
     problems: list[str] = []
     try:
@@ -64,17 +70,19 @@ def check_outputs(out_dir: Path, expect: list[str] | None = None) -> list[str]:
         mine = [r for r in runs if r["config"] == name]
         problems += config_problems(name, mine, summary.get(name), w)
     problems += ratio_problems(summary)
+    try:
+        derived = recompute.derive(result)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as err:
+        return [*problems, f"results.json: its figures cannot be derived again ({err!r})"]
+    problems += recompute.problems(result, derived)
     if "peers" in result:  # documents written before the peers table have none
         problems += peer_problems(result["peers"], summary, result["configurations"])
     problems += weights_problems(result.get("weights", []), summary, result["configurations"])
-    problems += compare_csv(out_dir / "runs.csv", runs, "runs.csv")
+    every_run = [*runs, *result.get("batch1", [])]
+    problems += compare_csv(out_dir / "runs.csv", every_run, "runs.csv")
     problems += compare_csv(out_dir / "summary.csv", result["summary"], "summary.csv")
     problems += table_problems(out_dir / "table.md", summary, result.get("peers", []))
-    problems += [
-        f"table.md lacks the weights row {weights_row(r)!r}"
-        for r in result.get("weights", [])
-        if weights_row(r) not in (gate.read_text(out_dir / "table.md", gate.DOCUMENT, "") or "")
-    ]
+    problems += shown_problems(out_dir / "table.md", result, derived)
     problems += plot_problems(out_dir)
     return problems
 
@@ -219,6 +227,26 @@ def table_problems(path: Path, summary: dict[str, dict], peers: list[dict]) -> l
     return problems
 
 
+def shown_problems(path: Path, result: dict, derived: dict) -> list[str]:
+    """The verdict in words as the runs give it (a document from before the peers
+    table, with its verdict's keys only), the batch-1 rows, the weights and roofline
+    rows, as the report writes them."""
+    table = gate.read_text(path, gate.DOCUMENT, "run the bench again", optional=True) or ""
+    rows = result.get("roofline", [])
+    verdict = derived["verdict"]
+    if "peers" not in result:
+        verdict = {k: v for k, v in verdict.items() if k in result["verdict"]}
+    wanted = [("verdict line", line) for line in verdict_lines(verdict)]
+    wanted += [("weights row", weights_row(r)) for r in result.get("weights", [])]
+    wanted += [("roofline row", roofline_row(r, has_batch1(rows))) for r in rows]
+    wanted += [
+        ("batch-1 row", batch1_row(Summary(**s)))
+        for s in result["summary"]
+        if s.get("batch1_tpot_ms") is not None
+    ]
+    return [f"table.md lacks the {kind} {text!r}" for kind, text in wanted if text not in table]
+
+
 def plot_problems(out_dir: Path) -> list[str]:
     """A plot that failed can leave an empty or truncated file behind; read its header."""
     problems = []
@@ -265,8 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     problems = check_outputs(args.out)
     verdict_ = {}
-    if not problems:
-        verdict_ = gate.read_json(args.out / "results.json", gate.DOCUMENT, "")["verdict"]
+    if not problems:  # the verdict the runs give (check_outputs found the stored one equal)
+        result = gate.read_json(args.out / "results.json", gate.DOCUMENT, "")
+        verdict_ = recompute.derive(result)["verdict"]
         if args.acceptance and not verdict_["meets_acceptance"]:
             problems.append(
                 f"the planner's layout ({verdict_['planner']}) made {verdict_['planner_ratio']}x "

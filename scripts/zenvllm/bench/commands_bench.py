@@ -8,22 +8,19 @@ import re
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from zenvllm.bench import gateway, layouts, metrics, results, runner
+from zenvllm.bench import bandwidth, document, gateway, layouts, metrics, runner
 from zenvllm.bench.gateway import Deployment
-from zenvllm.core import arguments, calibration, gate
+from zenvllm.core import arguments, gate
 from zenvllm.core.arguments import real, whole
 from zenvllm.core.cores import usable_cores
 from zenvllm.core.errors import UserError
 from zenvllm.core.host import GIB, Host
 from zenvllm.core.model import Model, read_model
-from zenvllm.core.plan import Policy
 from zenvllm.core.topology import read_host
 from zenvllm.image import baseimage, outputs, peers, render
 from zenvllm.image.engine import DOCKER
-from zenvllm.runtime import calibrate
 
 DEFAULT_MAX_MODEL_LEN = 512
-GATEWAY_PORTS = (90, 99)  # --gateway deploy: nginx and its instances, above the servers'
 
 
 def default_image(target: str) -> str:
@@ -62,6 +59,7 @@ def workload_from(args: argparse.Namespace) -> layouts.Workload:
             "concurrency",
             "repeats",
             "warmup_prompts",
+            "batch1_prompts",
         )
         if getattr(args, k) is not None
     }
@@ -125,13 +123,6 @@ def peers_for(names: list[str], model: Model) -> tuple[list[str], list[str]]:
     return [n for n in names if n not in llamacpp], notes
 
 
-def calibrated_policy(host: Host, model: Model) -> tuple[Policy, list[str]]:
-    """The planner's layouts use this host's calibration, as `zenvllm plan` does."""
-    cal, source = calibrate.read(None, live=True)
-    policy, ignored = calibration.apply(Policy(), cal, host, source, model)
-    return policy, [ignored or f"planner bandwidth: {policy.bandwidth_source}"]
-
-
 def run(args: argparse.Namespace) -> int:
     outputs.check_output(args.out, "--out")  # before any work
     if args.metrics_file:
@@ -147,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
     copies = weights_copies(args.weights, model_dir)
     names, notes = peers_for(names, model)
     host = read_host()
-    base, calibrated = calibrated_policy(host, model)
+    base, measured, calibrated = bandwidth.figures(host, model, measure=not args.dry_run)
     configs, resolved = layouts.resolve(names, host, model, args.base_port, max_len, base, copies)
     notes += [*calibrated, *resolved]
     images, configs = choose_images(args, configs, notes, host)
@@ -171,8 +162,7 @@ def run(args: argparse.Namespace) -> int:
         host_label=describe_host(host),
         notes=notes,
         weight_bytes=model.weight_bytes,
-        core_bandwidth_gbs=base.core_bandwidth_gbs,
-        bandwidth_source=base.bandwidth_source,
+        bandwidth=measured,
         host_cores=sum(len(c) for c in usable_cores(host).values()),
     )
     if args.dry_run:
@@ -273,7 +263,9 @@ def choose_gateway(
     gateway_url, deployment = None, None
     if any(c.kind == "gateway" for c in configs):
         if args.gateway == "deploy":
-            deployment = gateway_deployment(args, model_dir, image, workload, max_len)
+            deployment = gateway.deployment_for(
+                args.out, args.base_port, model_dir, image, workload.enforce_eager, max_len
+            )
             notes.append(
                 f"gateway: deploy.yml's own deployment (planner auto, nginx on :{deployment.port})"
             )
@@ -284,35 +276,6 @@ def choose_gateway(
             notes.append("gateway: skipped; pass --gateway deploy or --gateway URL")
             configs = [c for c in configs if c.kind != "gateway"]
     return gateway_url, deployment, configs
-
-
-def gateway_deployment(
-    args: argparse.Namespace,
-    model_dir: Path,
-    image: str,
-    workload: layouts.Workload,
-    max_len: int,
-) -> Deployment:
-    """The deployment serves like the servers it is compared with (same image, eager
-    mode, context), on ports above theirs; its paths are checked before any work."""
-    serve = ["--dtype", "bfloat16"] + (["--enforce-eager"] if workload.enforce_eager else [])
-    if args.base_port + GATEWAY_PORTS[1] > 65535:
-        raise UserError(
-            f"--base-port {args.base_port}: the gateway's deployment takes ports "
-            f"{args.base_port + GATEWAY_PORTS[0]}-{args.base_port + GATEWAY_PORTS[1]}, past "
-            f"65535; give --base-port {65535 - GATEWAY_PORTS[1]} or lower"
-        )
-    deployment = Deployment(
-        work=args.out.resolve().parent / f".{args.out.name}.gateway",
-        model_dir=model_dir,
-        image=image,
-        port=args.base_port + GATEWAY_PORTS[0],
-        base_port=args.base_port + GATEWAY_PORTS[0] + 1,
-        serve_args=tuple(serve),
-        max_model_len=max_len,
-    )
-    gateway.check_paths(deployment)  # before any work
-    return deployment
 
 
 def describe_host(host: Host) -> str:
@@ -331,7 +294,7 @@ def print_plan(
 ) -> int:
     """--dry-run: what would run, as JSON, so it can be checked before hours of measuring."""
     plan = {
-        "configurations": [results.config_dict(c, images.get(c.target)) for c in configs],
+        "configurations": [document.config_dict(c, images.get(c.target)) for c in configs],
         "workload": asdict(workload),
         "notes": notes,
     }
@@ -368,6 +331,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--concurrency", type=positive, help="requests in flight, all clients")
     parser.add_argument(
         "--warmup-prompts", type=whole(0), help="requests before the measured repeats"
+    )
+    parser.add_argument(
+        "--batch1-prompts",
+        type=whole(0, 1000),
+        help="after the repeats, requests one at a time to each configuration's first "
+        f"instance (default {layouts.FULL.batch1_prompts}; 0: no batch-1 figures)",
     )
     parser.add_argument(
         "--compile",

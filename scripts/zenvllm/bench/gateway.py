@@ -28,6 +28,7 @@ from zenvllm.image.engine import DOCKER
 
 ANSIBLE_DIR = data.ANSIBLE
 DEPLOYMENT_PREFIX = "zenvllm-bench-gw"
+PORTS = (90, 99)  # above --base-port: nginx, and its instances up to the last
 # The gateway role's site starts with this header (templates/zenvllm.conf.j2).
 SITE_HEADER = "# zenvllm gateway: "
 
@@ -181,3 +182,29 @@ def remove_own_files(d: Deployment) -> None:
     if site_is_ours(d.site):
         d.site.unlink()
     outputs.remove_owned(d.work)
+
+
+def deployment_for(
+    out: Path, base_port: int, model_dir: Path, image: str, eager: bool, max_len: int
+) -> Deployment:
+    """`zenvllm bench --gateway deploy`'s deployment: it serves like the servers it is
+    compared with (same image, eager mode, context), on ports above theirs; its paths
+    are checked before any work."""
+    serve = ["--dtype", "bfloat16"] + (["--enforce-eager"] if eager else [])
+    if base_port + PORTS[1] > 65535:
+        raise UserError(
+            f"--base-port {base_port}: the gateway's deployment takes ports "
+            f"{base_port + PORTS[0]}-{base_port + PORTS[1]}, past "
+            f"65535; give --base-port {65535 - PORTS[1]} or lower"
+        )
+    deployment = Deployment(
+        work=out.resolve().parent / f".{out.name}.gateway",
+        model_dir=model_dir,
+        image=image,
+        port=base_port + PORTS[0],
+        base_port=base_port + PORTS[0] + 1,
+        serve_args=tuple(serve),
+        max_model_len=max_len,
+    )
+    check_paths(deployment)  # before any work
+    return deployment

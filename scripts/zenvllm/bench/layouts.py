@@ -1,10 +1,9 @@
-"""The benchmark's pure parts: workload, configurations, vLLM result files, the verdict.
+"""The benchmark's pure parts: the workload and the configurations it runs.
 
-No processes and no network here (`bench_run` is the side-effect edge). The
-numbers come from vLLM's own `vllm bench serve --save-result` files; this
-module only splits the workload over clients and folds clients and repeats
-into one result document. `bench_report` writes it as files, `bench_check`
-checks those files.
+No processes and no network here (bench/runner.py is the side-effect edge). This
+module splits the workload over clients and resolves each configuration on the
+host; bench/results.py folds vLLM's result files into runs and summaries,
+bench/report.py writes the files, bench/check.py checks them.
 """
 
 from __future__ import annotations
@@ -51,6 +50,9 @@ class Workload:
     warmup_prompts: int
     seed: int = 0
     enforce_eager: bool = False  # --quick only: halves server start-up, same for every config
+    # Batch 1: after the repeats, this many prompts one at a time to the first instance
+    # (0: none); three give a median, each costs output_len decode steps.
+    batch1_prompts: int = 3
 
     def check(self, max_model_len: int) -> None:
         for name in ("input_len", "output_len", "num_prompts", "concurrency", "repeats"):
@@ -58,6 +60,8 @@ class Workload:
                 raise UserError(f"--{name.replace('_', '-')} {getattr(self, name)}: give 1 or more")
         if self.warmup_prompts < 0:
             raise UserError(f"warm-up prompts {self.warmup_prompts}: give 0 or more")
+        if self.batch1_prompts < 0:
+            raise UserError(f"--batch1-prompts {self.batch1_prompts}: give 0 or more")
         if self.input_len + self.output_len > max_model_len:
             raise UserError(
                 f"--input-len {self.input_len} + --output-len {self.output_len} exceeds "
@@ -70,6 +74,18 @@ class Workload:
         prefix caching) must never meet a measured prompt twice; llama.cpp's TTFT fell
         from 5.3 s to 0.24 s on a repeat of the same prompts."""
         return replace(self, seed=self.seed + 1000 * number)
+
+    def batch1(self) -> Workload:
+        """Batch 1: batch1_prompts at concurrency 1, one client, the same lengths; its own
+        prompts (a seed past every repeat's), the same for every configuration."""
+        return replace(
+            self,
+            num_prompts=self.batch1_prompts,
+            concurrency=1,
+            warmup_prompts=0,
+            repeats=1,
+            seed=self.seed + 1000 * (self.repeats + 1),
+        )
 
     def shares(self, clients: int) -> list[Workload]:
         """One client per instance: prompts and concurrency split as evenly as they go."""

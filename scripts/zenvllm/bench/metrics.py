@@ -25,6 +25,8 @@ GAUGES = (
     ("ttft_seconds", "ttft_ms", "Median time to first token."),
     ("tpot_seconds", "tpot_ms", "Median time per output token."),
     ("ratio_to_stock", "ratio", "Output tokens/s over stock vLLM's, measured in the same run."),
+    ("batch1_ttft_seconds", "batch1_ttft_ms", "Time to first token, one request at a time."),
+    ("batch1_tpot_seconds", "batch1_tpot_ms", "Time per output token, one request at a time."),
 )
 
 
@@ -41,7 +43,7 @@ def exposition(result: dict) -> str:
         metric = f"zenvllm_bench_{name}"
         lines += [f"# HELP {metric} {text}", f"# TYPE {metric} gauge"]
         for summary in result["summary"]:
-            value = summary[field]
+            value = summary.get(field)  # documents before batch 1 have none
             if value is None:
                 continue
             if field.endswith("_ms"):

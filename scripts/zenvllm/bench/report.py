@@ -1,5 +1,7 @@
 """A bench result document as files: JSON, CSV, a Markdown table shaped like
-AMD's ZenDNN table, and PNG plots (matplotlib is imported only when plotting)."""
+AMD's ZenDNN table with the detail, batch-1, peer, weights and roofline tables
+(bench/roofline.py writes its own), and PNG plots (matplotlib is imported only when
+plotting)."""
 
 from __future__ import annotations
 
@@ -10,14 +12,17 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from types import ModuleType
 
+from zenvllm.bench.document import configs_from_dicts
 from zenvllm.bench.layouts import ACCEPTANCE_RATIO, PLANNER, STOCK, Configuration
-from zenvllm.bench.results import Run, Summary, configs_from_dicts
+from zenvllm.bench.results import Run, Summary
+from zenvllm.bench.roofline import cached_note, percent_text, roofline_table
 from zenvllm.core.errors import UserError
 
 # -- writers -----------------------------------------------------------------
 
 
 def runs_csv(runs: list[Run]) -> str:
+    """Every run: the throughput repeats, then batch 1's (concurrency 1)."""
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=[f.name for f in fields(Run)], lineterminator="\n")
     writer.writeheader()
@@ -32,9 +37,7 @@ def summary_csv(summaries: list[Summary]) -> str:
     writer = csv.DictWriter(buf, fieldnames=names, lineterminator="\n")
     writer.writeheader()
     for s in summaries:
-        row = asdict(s)
-        row["ratio"] = "" if s.ratio is None else s.ratio
-        writer.writerow(row)
+        writer.writerow(asdict(s))  # None (no ratio, no batch 1) as an empty cell
     return buf.getvalue()
 
 
@@ -75,7 +78,6 @@ def markdown(result: dict) -> str:
     summaries = [Summary(**s) for s in result["summary"]]
     configs = configs_from_dicts(result["configurations"])
     w = meta["workload"]
-    v = result["verdict"]
     parts = [
         f"# zenvllm bench: {meta['model']} on {meta['host']}",
         "",
@@ -89,24 +91,65 @@ def markdown(result: dict) -> str:
         f"excluded, {w['repeats']} repeat(s); median with min-max over repeats.",
         f"Load average: {meta['load_before']} before, {meta['load_after']} after "
         f"({meta['cpus']} CPUs); wall time {meta['wall_s']:.0f} s.",
-        f"Planner ({v['planner']}): {v['planner_ratio']}x stock "
-        f"(acceptance {v['acceptance_ratio']}x: {'met' if v['meets_acceptance'] else 'NOT met'});"
-        f" best layout of its image: {v['best_layout']}; best overall: {v['best_overall']}.",
+        *verdict_lines(result["verdict"]),
     ]
-    if v.get("best_same_weights"):
-        parts.append(
-            f"Planner against the best that serves the same weights ({v['best_same_weights']}):"
-            f" {v['planner_vs_best']}x (within {1 - v['near_best_ratio']:.0%}: "
-            f"{'yes' if v['near_best'] else 'NO'})."
-        )
     parts += [f"- {n}" for n in meta.get("notes", [])]
+    if any(s.batch1_tpot_ms is not None for s in summaries):
+        parts += ["", batch1_table(summaries, w)]
     if result.get("peers"):
         parts += ["", peers_table(result["peers"])]
     if result.get("weights"):
         parts += ["", weights_table(result["weights"])]
     if result.get("roofline"):
         parts += ["", roofline_table(result["roofline"], meta)]
+    elif cached_note(meta):
+        parts += ["", cached_note(meta)]
     return "\n".join(parts) + "\n"
+
+
+def verdict_lines(v: dict) -> list[str]:
+    """The verdict in words (check.py looks for them in table.md)."""
+    met = "met" if v["meets_acceptance"] else "NOT met"
+    lines = [
+        f"Planner ({v['planner']}): {v['planner_ratio']}x stock "
+        f"(acceptance {v['acceptance_ratio']}x: {met});"
+        f" best layout of its image: {v['best_layout']}; best overall: {v['best_overall']}."
+    ]
+    if v.get("best_same_weights"):
+        lines.append(
+            f"Planner against the best that serves the same weights ({v['best_same_weights']}):"
+            f" {v['planner_vs_best']}x (within {1 - v['near_best_ratio']:.0%}: "
+            f"{'yes' if v['near_best'] else 'NO'})."
+        )
+    if v.get("planner_batch1_percent") is not None:
+        goal = {True: "met", False: "NOT met", None: "unknown"}[v["planner_batch1_goal_met"]]
+        lines.append(
+            f"Planner at batch 1: {percent_text(v['planner_batch1_percent'])} of its "
+            f"instance's bandwidth (goal {v['batch1_goal_percent']:g}%: {goal})."
+        )
+    return lines
+
+
+def batch1_table(summaries: list[Summary], w: dict) -> str:
+    """One request at a time against the throughput workload's latencies."""
+    lines = [
+        f"Batch 1: {w['batch1_prompts']} prompts one at a time to each configuration's "
+        f"first instance after its repeats (same lengths; medians), beside the throughput "
+        f"workload's TPOT at concurrency {w['concurrency']}:",
+        "",
+        "| configuration | TTFT ms | TPOT ms | output tok/s "
+        f"| TPOT ms at concurrency {w['concurrency']} |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    lines += [batch1_row(s) for s in summaries if s.batch1_tpot_ms is not None]
+    return "\n".join(lines)
+
+
+def batch1_row(s: Summary) -> str:
+    return (
+        f"| {s.config} | {s.batch1_ttft_ms:g} | {s.batch1_tpot_ms:g} | "
+        f"{s.batch1_output_tok_s:g} | {s.tpot_ms:g} |"
+    )
 
 
 def peers_table(rows: list[dict]) -> str:
@@ -142,23 +185,6 @@ def weights_row(r: dict) -> str:
     return (
         f"| {r['weights']} | {r['output']:.3f}x | {r['ttft']:.3f}x | {r['tpot']:.3f}x | {memory} |"
     )
-
-
-def roofline_table(rows: list[dict], meta: dict) -> str:
-    """Weight bytes each instance streamed per second against its cores' bandwidth."""
-    lines = [
-        f"Roofline: weight bytes streamed per instance ({meta['weight_bytes'] / 1e9:.2f} GB "
-        f"per decode step / median TPOT) against its cores x {meta['core_bandwidth_gbs']:g} "
-        f"GB/s per core ({meta.get('bandwidth_source', 'the planner default')}).",
-        "",
-        "| configuration | weight GB/s per instance | bandwidth GB/s per instance | % |",
-        "|---|---:|---:|---:|",
-    ]
-    lines += [
-        f"| {r['config']} | {r['weight_gbs']:g} | {r['bandwidth_gbs']:g} | {r['percent']:g}% |"
-        for r in rows
-    ]
-    return "\n".join(lines)
 
 
 # -- plots -------------------------------------------------------------------
@@ -256,7 +282,7 @@ def latency_plot(
 
 def write_outputs(result: dict, out_dir: Path, plots: bool = True) -> list[Path]:
     """results.json, runs.csv, summary.csv, table.md and the PNGs into out_dir."""
-    runs = [Run(**r) for r in result["runs"]]
+    runs = [Run(**r) for r in (*result["runs"], *result.get("batch1", []))]
     summaries = [Summary(**s) for s in result["summary"]]
     files = {
         "results.json": json.dumps(result, indent=2) + "\n",

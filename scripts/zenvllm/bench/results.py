@@ -1,24 +1,23 @@
 """The benchmark's results, pure: vLLM's result files read, clients and repeats folded
-into runs and summaries, the verdict, and the result document that `bench_report`
-writes and `bench_check` checks.
+into runs and summaries (the throughput workload's and batch 1's), the verdict and the
+ratios to stock, the peers and other weights (bench/document.py puts them in the result
+document, bench/roofline.py adds the roofline).
 """
 
 from __future__ import annotations
 
 import re
 import statistics
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 
 from zenvllm.bench.layouts import (
     ACCEPTANCE_RATIO,
-    GGUF_BYTES,
     NEAR_BEST,
     PEER_KINDS,
     PLANNER,
     STOCK,
     Configuration,
-    Server,
-    cpu_ids,
 )
 
 # -- results -----------------------------------------------------------------
@@ -122,6 +121,9 @@ class Run:
     median_tpot_ms: float
     load_1m: float  # load average just before the repeat: how quiet the machine was
     memory_mib: int = 0  # its servers' memory after the repeat (docker stats; 0: none here)
+    # Requests in flight, all clients together: the workload's, or 1 for a batch-1 run
+    # (0: a document written before it was recorded).
+    concurrency: int = 0
 
 
 def weighted(values: list[float], weights: list[int]) -> float:
@@ -143,7 +145,12 @@ def memory_mib(stats: str) -> int:
 
 
 def combine(
-    config: str, repeat: int, results: list[ClientResult], load_1m: float, memory_mib: int = 0
+    config: str,
+    repeat: int,
+    results: list[ClientResult],
+    load_1m: float,
+    memory_mib: int = 0,
+    concurrency: int = 0,
 ) -> Run:
     """Clients of a multi-instance run -> one run. Throughput is all tokens over the span
     from the first client's start to the last one's end, so start-up skew between clients
@@ -175,6 +182,7 @@ def combine(
         median_tpot_ms=round(weighted([r.median_tpot_ms for r in results], done), 3),
         load_1m=round(load_1m, 2),
         memory_mib=memory_mib,
+        concurrency=concurrency,
     )
 
 
@@ -197,14 +205,22 @@ class Summary:
     tpot_max: float
     ratio: float | None  # output_tok_s / stock's output_tok_s (both as written)
     memory_mib: int = 0  # the servers' memory, median over repeats
+    # One request at a time to the first instance (medians over its batch-1 runs; None:
+    # not measured): the latency an interactive user gets.
+    batch1_ttft_ms: float | None = None
+    batch1_tpot_ms: float | None = None
+    batch1_output_tok_s: float | None = None
 
 
-def summarize(runs: list[Run], configs: list[Configuration]) -> list[Summary]:
+def summarize(
+    runs: list[Run], configs: list[Configuration], batch1: list[Run] | tuple = ()
+) -> list[Summary]:
     summaries = []
     for config in configs:
         mine = [r for r in runs if r.config == config.name]
         if not mine:
             continue
+        one = [r for r in batch1 if r.config == config.name]
         out = [r.output_tok_s for r in mine]
         ttft = [r.median_ttft_ms for r in mine]
         tpot = [r.median_tpot_ms for r in mine]
@@ -225,12 +241,21 @@ def summarize(runs: list[Run], configs: list[Configuration]) -> list[Summary]:
                 tpot_max=round(max(tpot), 3),
                 ratio=None,
                 memory_mib=int(statistics.median(r.memory_mib for r in mine)),
+                batch1_ttft_ms=median((r.median_ttft_ms for r in one), 2),
+                batch1_tpot_ms=median((r.median_tpot_ms for r in one), 3),
+                batch1_output_tok_s=median((r.output_tok_s for r in one), 1),
             )
         )
     stock = next((s for s in summaries if s.config == STOCK), None)
     if stock is None or stock.output_tok_s <= 0:
         return summaries
     return [replace(s, ratio=round(s.output_tok_s / stock.output_tok_s, 3)) for s in summaries]
+
+
+def median(values: Iterable[float], places: int) -> float | None:
+    """The median, rounded as the summary rounds the same figure; None for no values."""
+    values = list(values)
+    return round(statistics.median(values), places) if values else None
 
 
 def verdict(summaries: list[Summary], configs: list[Configuration]) -> dict:
@@ -304,82 +329,6 @@ def peer_ratios(summaries: list[Summary], configs: list[Configuration]) -> list[
     ]
 
 
-# -- the result document -----------------------------------------------------
-
-
-def configs_from_dicts(items: list[dict]) -> list[Configuration]:
-    out = []
-    for d in items:
-        servers = tuple(
-            Server(
-                **{
-                    **s,
-                    "docker_args": tuple(s["docker_args"]),
-                    "serve_args": tuple(s.get("serve_args", ())),
-                }
-            )
-            for s in d["servers"]
-        )
-        out.append(
-            Configuration(
-                name=d["name"],
-                kind=d["kind"],
-                summary=d["summary"],
-                target=d["target"],
-                servers=servers,
-                same_as=tuple(d["same_as"]),
-            )
-        )
-    return out
-
-
-def config_dict(config: Configuration, image: str | None) -> dict:
-    d = asdict(config)
-    d["servers"] = [s.to_dict() for s in config.servers]
-    d["shape"] = config.shape
-    d["image"] = image
-    return d
-
-
-def instance_cores(server: Server, host_cores: int) -> list[int]:
-    """Physical cores of each instance (DP rank) of a server: its OpenMP list, one CPU
-    per core; "auto" (stock) is every core of the host."""
-    if server.omp_bind == "auto":
-        return [host_cores]
-    return [len(cpu_ids(rank)) for rank in server.omp_bind.split("|")]
-
-
-def roofline(
-    summaries: list[Summary],
-    configs: list[Configuration],
-    weight_bytes: int,
-    core_gbs: float,
-    host_cores: int,
-) -> list[dict]:
-    """Per configuration: the weight bytes per second each instance streamed (every decode
-    step reads every weight once, and a step takes the median TPOT) against what its cores
-    can stream (cores x the planner's per-core bandwidth), as a percentage."""
-    by_name = {c.name: c for c in configs}
-    rows = []
-    for s in summaries:
-        cores = [n for srv in by_name[s.config].servers for n in instance_cores(srv, host_cores)]
-        if not cores or s.tpot_ms <= 0 or weight_bytes <= 0 or core_gbs <= 0:
-            continue  # the gateway has no servers of its own
-        first = by_name[s.config].servers[0]
-        step_bytes = (first.weight_bytes or weight_bytes) * GGUF_BYTES.get(first.gguf, 1.0)
-        streamed = step_bytes / (s.tpot_ms / 1000) / 1e9
-        available = core_gbs * statistics.mean(cores)
-        rows.append(
-            {
-                "config": s.config,
-                "weight_gbs": round(streamed, 2),
-                "bandwidth_gbs": round(available, 2),
-                "percent": round(100 * streamed / available, 1),
-            }
-        )
-    return rows
-
-
 def weight_ratios(summaries: list[Summary], configs: list[Configuration]) -> list[dict]:
     """Each other copy of the weights (auto-<name>) against the planner's layout on
     --model's: throughput, TTFT, TPOT and memory as quotients (copy / bf16)."""
@@ -396,25 +345,3 @@ def weight_ratios(summaries: list[Summary], configs: list[Configuration]) -> lis
         for s in summaries
         if s.config in copies and s.output_tok_s > 0
     ]
-
-
-def result_document(
-    meta: dict, configs: list[Configuration], images: dict[str, str], runs: list[Run]
-) -> dict:
-    summaries = summarize(runs, configs)
-    return {
-        "meta": meta,
-        "configurations": [config_dict(c, images.get(c.target)) for c in configs],
-        "runs": [asdict(r) for r in runs],
-        "summary": [asdict(s) for s in summaries],
-        "verdict": verdict(summaries, configs),
-        "peers": peer_ratios(summaries, configs),
-        "weights": weight_ratios(summaries, configs),
-        "roofline": roofline(
-            summaries,
-            configs,
-            meta.get("weight_bytes", 0),
-            meta.get("core_bandwidth_gbs", 0.0),
-            meta.get("host_cores", 0),
-        ),
-    }

@@ -1,4 +1,5 @@
-"""The benchmark's side-effect edge: containers up, /health, clients, results, clean-up.
+"""The benchmark's side-effect edge: containers up, /health, clients (bench/clients.py)
+for the throughput repeats and batch 1, results, clean-up.
 
 Every container it starts carries the label `io.zenvllm.bench=<run id>` and is
 removed on the way out, whatever happens (errors, Ctrl-C, SIGTERM). Outputs
@@ -11,25 +12,25 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from zenvllm.bench import gateway, launch, layouts, report, results
+from zenvllm.bench import clients, document, gateway, launch, layouts, report, results
 from zenvllm.bench.gateway import Deployment
 from zenvllm.bench.layouts import Configuration, Workload
 from zenvllm.bench.results import Run
-from zenvllm.core import gate
+from zenvllm.bench.roofline import Bandwidth
 from zenvllm.core.errors import UserError
 from zenvllm.image import outputs
 from zenvllm.image.engine import DOCKER
 from zenvllm.runtime.health import healthy
 
+# The roofline's meta when the bandwidth is unknown: no roofline rows.
+NO_BANDWIDTH = {"core_bandwidth_gbs": 0.0, "bandwidth_source": "unknown"}
 SHM_LEFTOVERS = Path("/dev/shm")
 TMP_LEFTOVERS = Path("/tmp")
 
@@ -49,10 +50,10 @@ class Settings:
     plots: bool = True
     host_label: str = ""
     notes: list[str] = field(default_factory=list)
-    # For the roofline: what a decode step reads, and what a core can stream.
+    # For the roofline: what a decode step reads, and what a core can stream (None:
+    # unknown, no roofline).
     weight_bytes: int = 0
-    core_bandwidth_gbs: float = 0.0
-    bandwidth_source: str = ""
+    bandwidth: Bandwidth | None = None
     host_cores: int = 0
     gguf: dict[str, Path] = field(default_factory=dict)  # llama.cpp peers: GGUF type -> file
 
@@ -65,12 +66,6 @@ def port_in_use(port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.5)
         return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
-def get_json(url: str, timeout: float = 5) -> object:
-    with urllib.request.urlopen(url, timeout=timeout) as reply:
-        text = gate.decode(reply.read(gate.DOCUMENT) or b"null", url, "is it a vLLM server?")
-    return gate.parse_json(text, url, "is it a vLLM server?")
 
 
 def logs_tail(name: str, lines: int = 25) -> str:
@@ -108,76 +103,6 @@ def wait_ready(names_ports: list[tuple[str, int]], timeout_s: float) -> float:
     return time.monotonic() - start
 
 
-def tokens_predicted(url: str) -> int:
-    """llama-server's own count of the tokens it generated (its Prometheus counter)."""
-    try:
-        with urllib.request.urlopen(f"{url}/metrics", timeout=10) as reply:
-            lines = reply.read(gate.DOCUMENT).decode("utf-8", errors="replace").splitlines()
-    except OSError as err:  # the configuration fails, not the run
-        raise RuntimeError(f"{url}/metrics: {err}") from None
-    for line in lines:
-        if line.startswith("llamacpp:tokens_predicted_total "):
-            return int(float(line.split()[1]))
-    raise RuntimeError(f"{url}/metrics has no llamacpp:tokens_predicted_total")
-
-
-def run_clients(
-    endpoints: list[tuple[str, str]],  # (base URL, served model name), one client each
-    shares: list[Workload],
-    image: str,
-    settings: Settings,
-    result_dir: Path,
-    stem: str,
-    run_id: str,
-    server_counts: bool = False,
-) -> list[results.ClientResult]:
-    """One `vllm bench serve` per endpoint, all at once; their result files parsed.
-    `server_counts`: output tokens as the server counted them (llama.cpp)."""
-    before = [tokens_predicted(url) for url, _ in endpoints] if server_counts else []
-    procs = []
-    for i, ((url, served), share) in enumerate(zip(endpoints, shares, strict=True)):
-        result_name = f"{stem}-client{i}.json"
-        args = launch.client_args(url, served, share, "/results", result_name, server_counts)
-        name = f"zenvllm-bench-client-{run_id}-{stem}-{i}"
-        argv = launch.client_command(name, image, settings.model_dir, result_dir, run_id, args)
-        log = (result_dir / f"{stem}-client{i}.log").open("w")
-        procs.append((DOCKER.stream(*argv, out=log), result_name))
-    deadline = time.monotonic() + settings.client_timeout_s
-    parsed = []
-    for i, (proc, result_name) in enumerate(procs):
-        try:
-            code = proc.wait(timeout=max(1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise RuntimeError(
-                f"{result_name}: client ran over {settings.client_timeout_s:.0f} s"
-            ) from None
-        path = result_dir / result_name
-        log = result_dir / result_name.replace(".json", ".log")
-        if code != 0 or not path.is_file():
-            tail = "\n".join(gate.tail(log).splitlines()[-20:])
-            raise RuntimeError(f"client {result_name} failed (exit {code}):\n{tail}")
-        data = gate.read_json(path, gate.DOCUMENT, "the client's result is not vllm bench's")
-        result = results.parse_client_result(data, str(path), path.stat().st_mtime)
-        if server_counts:
-            made = tokens_predicted(endpoints[i][0]) - before[i]
-            result = results.counted_by_server(result, data, str(path), made, shares[i].output_len)
-        parsed.append(result)
-    return parsed
-
-
-def served_model(url: str) -> str:
-    """The model name an OpenAI-compatible endpoint serves (its first in /v1/models)."""
-    try:
-        data = get_json(f"{url}/v1/models", timeout=10)
-        return data["data"][0]["id"]  # type: ignore[index]
-    except (OSError, ValueError, KeyError, IndexError, TypeError) as err:
-        raise UserError(
-            f"{url}/v1/models: no model list ({err}); give the base URL of a running "
-            "deploy.yml gateway, e.g. http://127.0.0.1:8000"
-        ) from None
-
-
 def gateway_endpoint(settings: Settings, raw: Path, tag: str) -> str:
     if settings.gateway_url:
         return settings.gateway_url.rstrip("/")
@@ -200,10 +125,14 @@ def measure(
     settings: Settings,
     raw: Path,
     run_id: str,
-) -> list[Run]:
-    """Start a configuration, warm it up, run its repeats, stop it."""
+) -> tuple[list[Run], Run | str | None]:
+    """Start a configuration, warm it up, run its repeats and batch 1, stop it: its runs,
+    and its batch-1 run (None: not asked for; a string: why it failed, the runs stand)."""
     w = settings.workload
-    image = settings.images["vllm-openai"]  # every client is vLLM's own `vllm bench serve`
+    # Every client is vLLM's own `vllm bench serve`.
+    setup = clients.Clients(
+        settings.images["vllm-openai"], settings.model_dir, raw, run_id, settings.client_timeout_s
+    )
     counted = config.kind == "llamacpp"
     tag = f"[{index}/{total}] {config.name}"
     try:
@@ -215,26 +144,55 @@ def measure(
             warm = [replace(s.repeat(0), num_prompts=max(1, s.warmup_prompts)) for s in shares]
             say(f"{tag}: warm-up, {w.warmup_prompts} prompts (not measured)")
             stem = f"{config.name}-warmup"
-            run_clients(endpoints, warm, image, settings, raw, stem, run_id, counted)
+            clients.run_clients(setup, endpoints, warm, stem, counted)
         runs = []
         for repeat in range(1, w.repeats + 1):
             load = os.getloadavg()[0]
             stem = f"{config.name}-r{repeat}"
             mine = [s.repeat(repeat) for s in shares]
-            clients = run_clients(endpoints, mine, image, settings, raw, stem, run_id, counted)
+            done = clients.run_clients(setup, endpoints, mine, stem, counted)
             used = servers_memory(config.servers)
-            run = results.combine(config.name, repeat, clients, load, used)
+            run = results.combine(config.name, repeat, done, load, used, w.concurrency)
             runs.append(run)
             say(
                 f"{tag}: repeat {repeat}/{w.repeats}: {run.output_tok_s:.1f} output tok/s, "
                 f"TTFT {run.median_ttft_ms:.0f} ms, TPOT {run.median_tpot_ms:.1f} ms "
                 f"(load {load:.2f})"
             )
-        return runs
+        try:
+            return runs, batch1(config, setup, endpoints, w, tag) if w.batch1_prompts else None
+        except (RuntimeError, ValueError) as err:
+            say(f"{tag}: batch 1 FAILED: {err}")
+            return runs, f"batch 1: {err}"
     finally:
         stop(config.name, config.servers, raw)
         if config.kind == "gateway" and settings.gateway_deploy:
             gateway.teardown(settings.gateway_deploy, raw)
+
+
+def batch1(
+    config: Configuration,
+    setup: clients.Clients,
+    endpoints: list[tuple[str, str]],
+    w: Workload,
+    tag: str,
+) -> Run | None:
+    """Batch 1: one request at a time to the first instance, the latency an interactive
+    user gets (the gateway has no instance of its own: through nginx it would measure
+    nginx too)."""
+    if not config.servers:
+        return None
+    load = os.getloadavg()[0]
+    stem = f"{config.name}-batch1"
+    counted = config.kind == "llamacpp"
+    done = clients.run_clients(setup, endpoints[:1], [w.batch1()], stem, counted)
+    run = results.combine(config.name, 1, done, load, concurrency=1)
+    say(
+        f"{tag}: batch 1, {w.batch1_prompts} prompts one at a time: "
+        f"{run.output_tok_s:.1f} output tok/s, TTFT {run.median_ttft_ms:.0f} ms, "
+        f"TPOT {run.median_tpot_ms:.1f} ms (load {load:.2f})"
+    )
+    return run
 
 
 def start_servers(
@@ -297,7 +255,7 @@ def config_endpoints(
     name, a server started here under the mount path."""
     if config.kind == "gateway":
         url = gateway_endpoint(settings, raw, tag)
-        return [(url, served_model(url))]
+        return [(url, clients.served_model(url))]
     return [(f"http://127.0.0.1:{s.port}", layouts.MODEL_MOUNT) for s in config.servers]
 
 
@@ -373,11 +331,17 @@ def _measure_into(
     started = time.time()
     load_before = os.getloadavg()
     runs: list[Run] = []
+    batch1_runs: list[Run] = []
     failures: list[str] = []
     try:
         for index, config in enumerate(configs, 1):
             try:
-                runs += measure(index, len(configs), config, settings, raw, run_id)
+                mine, one = measure(index, len(configs), config, settings, raw, run_id)
+                runs += mine
+                if isinstance(one, str):
+                    failures.append(f"{config.name} {one}")
+                elif one:
+                    batch1_runs.append(one)
             except (RuntimeError, ValueError) as err:
                 failures.append(f"{config.name}: {err}")
                 progress(f"[{index}/{len(configs)}] {config.name}: FAILED: {err}")
@@ -397,11 +361,10 @@ def _measure_into(
             "notes": settings.notes,
             "failures": failures,
             "weight_bytes": settings.weight_bytes,
-            "core_bandwidth_gbs": settings.core_bandwidth_gbs,
-            "bandwidth_source": settings.bandwidth_source,
+            **(settings.bandwidth.meta() if settings.bandwidth else NO_BANDWIDTH),
             "host_cores": settings.host_cores,
         }
-        result = results.result_document(meta, configs, settings.images, runs)
+        result = document.result_document(meta, configs, settings.images, runs, batch1_runs)
         report.write_outputs(result, staging, plots=settings.plots)
         return result, (1 if failures else 0)
     finally:
