@@ -1,7 +1,8 @@
-"""Real builds with the real engine: the base image, vllm-openai and zen, the cache, zentorch.
+"""Real builds with the real engine: the base image, vllm-openai, zen and pace, the cache,
+zentorch and PACE.
 
-The images built here are kept (tags zenvllm/vllm-openai:0.32.0 and
-zenvllm/zen:0.32.0): the serve, ansible, bench and reliability tiers reuse
+The images built here are kept (tags zenvllm/vllm-openai:0.32.0, zenvllm/zen:0.32.0
+and zenvllm/pace:0.28.0): the serve, ansible, bench and reliability tiers reuse
 them, and the next run is a layer-cache hit. Containers are always removed.
 """
 
@@ -17,6 +18,8 @@ from conftest import require, require_tool
 from support import cpu, engine
 from support.tiny_model import ensure_tiny_model
 
+from zenvllm.core.accelerators import pace_state
+from zenvllm.core.targets import TARGETS, missing_isa
 from zenvllm.image import render
 from zenvllm.image.build import PODMAN_ULIMITS
 
@@ -44,6 +47,14 @@ def openai_image(logdir) -> str:
 def zen_image(logdir, openai_image) -> str:
     tag, seconds = engine.build("zen", logdir / "zen.log")
     print(f"zen build: {seconds:.1f} s")
+    return tag
+
+
+@pytest.fixture(scope="module")
+def pace_image(logdir, openai_image) -> str:
+    # After vllm-openai: its os stage and BuildKit's uv cache are then shared.
+    tag, seconds = engine.build("pace", logdir / "pace.log")
+    print(f"pace build: {seconds:.1f} s")
     return tag
 
 
@@ -207,3 +218,56 @@ def test_zen_starts_and_logs_zentorch_state_as_the_cpu_flags_say(zen_image):
         zen_image, "from vllm.platforms import current_platform as p; print(type(p).__name__)"
     )[-1]
     assert picked == ("ZenCpuPlatform" if active else "CpuPlatform")
+
+
+def test_pace_image_has_pace_vllm_over_its_own_vllm_pin(pace_image):
+    labels = engine.image_config(pace_image)["Labels"]
+    assert labels["io.zenvllm.target"] == "pace"
+    assert labels["io.zenvllm.pin.pace-vllm"] == "1.3.0"
+    assert labels["io.zenvllm.pin.vllm"] == "0.28.0"  # pace-vllm 1.3.0 stops at vLLM 0.28
+    versions = engine.python_in(
+        pace_image,
+        "import importlib.metadata as md;"
+        "print(*(md.version(n) for n in ('pace-vllm', 'vllm', 'torch')))",
+    )
+    assert versions == ["1.3.0", "0.28.0+cpu", "2.13.0+cpu"]
+
+
+PACE_SPEC = render.resolve(render.load_config(), "pace", {}, None).rows["pace-vllm"]["needs"]
+
+
+@pytest.mark.parametrize("kind", ["this-cpu", *cpu.KINDS])
+def test_pace_is_active_exactly_where_pace_state_says(pace_image, kind, tmp_path):
+    """The launcher's PACE line and vLLM's own platform choice, on this CPU and under a
+    faked /proc/cpuinfo of every kind: both follow pace_state, never the vendor alone."""
+    host, opts = cpu.this_host(), ["--network", "none"]
+    if kind != "this-cpu":
+        host = cpu.fake_host(kind)
+        view = tmp_path / "cpuinfo"
+        view.write_text(cpu.fake_cpuinfo(kind, len(cpu.this_host().cpus)))
+        opts += ["-v", f"{view}:/proc/cpuinfo:ro"]
+    active, _ = pace_state(host, "1.3.0", "0.28.0+cpu", PACE_SPEC["vllm"])
+    launched = engine.docker(
+        *("run", "--rm", *opts, "-e", "ZENVLLM_DRY_RUN=1"),
+        *("-v", f"{ensure_tiny_model()}:/model:ro", pace_image, "--model", "/model"),
+        check=False,
+    )
+    assert launched.returncode == 0, launched.stderr
+    if active:
+        assert "zenvllm-launch: pace-vllm 1.3.0 is ACTIVE" in launched.stderr, launched.stderr
+    else:
+        lacks = ", ".join(missing_isa(TARGETS["pace"], host))
+        why = f"WARNING: pace-vllm 1.3.0 is installed but INACTIVE: this CPU lacks {lacks}"
+        assert f"zenvllm-launch: {why}" in launched.stderr, launched.stderr
+    picked = engine.docker(
+        *("run", "--rm", *opts, "--entrypoint", "python", pace_image),
+        *("-c", "from vllm.platforms import current_platform as p; print(type(p).__name__)"),
+    )
+    assert picked.stdout.split()[-1] == ("PacePlatform" if active else "CpuPlatform")
+    # pace-vllm says why in vLLM's log too, where it stays out.
+    plugin = (
+        "plugin active, PacePlatform registered"
+        if active
+        else "platform not available on this host; plugin inactive"
+    )
+    assert f"pace-vllm: {plugin}" in picked.stdout + picked.stderr

@@ -2,24 +2,31 @@
 
 `docker run IMAGE --model /model` with the tiny model mounted read-only, in
 vLLM's default compiled mode (torch.compile with Inductor, and for `zen` the
-ZenCpuPlatform's zentorch linear ops where the CPU has AVX-512 BF16). Only the
-launcher sizes the instance (no VLLM_CPU_* env is passed): the test checks the
-planned values in its log, then sends a real /v1/completions and checks the
-token counts against the model's own tokenizer.
+ZenCpuPlatform's zentorch linear ops where the CPU has AVX-512 BF16; for `pace`,
+vLLM 0.28 with pace-vllm's platform, libxsmm linears, slab attention and fused MLP
+where pace_state says the CPU can run them). Only the launcher sizes the instance
+(no VLLM_CPU_* env is passed): the test checks the planned values in its log, then
+sends a real /v1/completions and checks the token counts against the model's own
+tokenizer.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from pathlib import Path
 
 import pytest
 from conftest import require
-from support import engine
+from support import cpu, engine
 from support.cpu import has_amx
 from support.tiny_model import ensure_tiny_model
 
+from zenvllm.bench import backend
+from zenvllm.core.accelerators import pace_state
+from zenvllm.core.targets import TARGETS, missing_isa
+from zenvllm.image import render
 from zenvllm.runtime.health import healthy
 
 pytestmark = pytest.mark.serve
@@ -28,20 +35,35 @@ MAX_TOKENS = 9
 PROMPT = "Hello world, the quick brown fox jumps over the lazy dog"
 
 
-@pytest.fixture(scope="module", params=["vllm-openai", "zen"])
+@pytest.fixture(scope="module", params=["vllm-openai", "zen", "pace"])
 def image(request, tmp_path_factory) -> str:
     require(engine.engine_ready(), "no container engine answers (run `make engine`)")
     tag, _ = engine.build(request.param, tmp_path_factory.mktemp("logs") / "build.log")
     return tag
 
 
+def target_of(image: str) -> str:
+    return engine.image_config(image)["Labels"]["io.zenvllm.target"]
+
+
 @pytest.fixture(scope="module")
-def server(image):
+def profiles(tmp_path_factory) -> Path:
+    """Where the pace server's torch profiler writes (vLLM's user, uid 10001, must write)."""
+    path = tmp_path_factory.mktemp("profiles")
+    path.chmod(0o777)
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(image, profiles):
     model = ensure_tiny_model()
     port = engine.free_port()
     start = time.monotonic()
     # The project's engine gives containers 1 GiB of /dev/shm (Docker's default is 64 MiB).
-    with engine.serve(image, model, port, run_opts=("--health-interval=5s",)) as name:
+    opts, extra = ("--health-interval=5s",), ()
+    if target_of(image) == "pace":  # vLLM's profiler, idle until the PACE test asks
+        opts, extra = (*opts, "-v", f"{profiles}:{backend.PROFILE_MOUNT}"), backend.serve_args()
+    with engine.serve(image, model, port, *extra, run_opts=opts) as name:
         engine.wait_for(
             lambda: healthy(port) or "initialization failed" in engine.logs(name),
             420,
@@ -66,10 +88,7 @@ def test_launcher_planned_the_container(server):
     assert re.search(rf"zenvllm-launch: AMX: .*{re.escape(amx)}", log), log
 
 
-def test_completion_has_the_requested_tokens(server):
-    from tokenizers import Tokenizer
-
-    name, port, model = server
+def complete(name: str, port: int) -> dict:
     body = {
         "model": "/model",
         "prompt": PROMPT,
@@ -78,10 +97,17 @@ def test_completion_has_the_requested_tokens(server):
         "temperature": 0,
     }
     try:  # the first bf16 request is where a missing AMX permission killed the worker
-        reply = engine.http_json(f"http://127.0.0.1:{port}/v1/completions", body)
+        return engine.http_json(f"http://127.0.0.1:{port}/v1/completions", body)
     except OSError as err:
         log = engine.logs(name)
         raise AssertionError(f"the completion failed ({err}); server log:\n{log}") from err
+
+
+def test_completion_has_the_requested_tokens(server):
+    from tokenizers import Tokenizer
+
+    name, port, model = server
+    reply = complete(name, port)
     usage = reply["usage"]
     prompt_ids = Tokenizer.from_file(str(Path(model) / "tokenizer.json")).encode(PROMPT).ids
     assert usage["completion_tokens"] == MAX_TOKENS
@@ -120,3 +146,84 @@ def test_without_enough_shm_the_launcher_refuses_with_the_fix(image):
     assert done.returncode == 2
     assert "vLLM needs at least 512 MiB" in done.stderr
     assert "--shm-size=" in done.stderr
+
+
+def pace_expected() -> tuple[bool, list[str]]:
+    """Whether PACE runs on this CPU (the project's rule, which pace-vllm's own matches:
+    tests/image/test_build.py) and, where not, what the CPU lacks."""
+    needs = render.resolve(render.load_config(), "pace", {}, None).rows["pace-vllm"]["needs"]
+    host = cpu.this_host()
+    active, _ = pace_state(host, "1.3.0", "0.28.0+cpu", needs["vllm"])
+    return active, missing_isa(TARGETS["pace"], host)
+
+
+def profiled_calls(name: str, port: int, profiles: Path) -> dict[str, int]:
+    """Calls per operator in one completion under vLLM's torch profiler (its table)."""
+    url = f"http://127.0.0.1:{port}"
+    backend.post(f"{url}/start_profile")
+    try:
+        assert complete(name, port)["usage"]["completion_tokens"] == MAX_TOKENS
+    finally:
+        backend.post(f"{url}/stop_profile")
+    (table,) = profiles.glob("*profiler_out*.txt")
+    return {r["op"]: r["calls"] for r in backend.parse_table(table.read_text())}
+
+
+def test_pace_ran_its_operators_where_the_cpu_has_them(server, image, profiles):
+    """vLLM's own word, not the launcher's: its platform, its log (pace-vllm's worker and
+    attention selected, every linear layer packed for PACE's libxsmm kernel, every MLP
+    fused) and its torch profiler around one request (PACE's operators called once per
+    layer and step); where the CPU lacks what PACE needs, the launcher and pace-vllm say
+    why and vLLM serves on its own CPU platform without them."""
+    name, port, model = server
+    log = engine.logs(name)
+    if target_of(image) != "pace":
+        assert "pace-vllm" not in log  # the plugin ships in the pace image only
+        return
+    calls = profiled_calls(name, port, profiles)
+    platform = engine.docker("exec", name, "python", "-c", backend.PLATFORM_CODE).stdout.split()
+    log = engine.logs(name)
+    active, lacks = pace_expected()
+    if not active:
+        why = f"pace-vllm 1.3.0 is installed but INACTIVE: this CPU lacks {', '.join(lacks)}"
+        assert f"zenvllm-launch: WARNING: {why}" in log, log
+        assert "pace-vllm: platform not available on this host; plugin inactive." in log
+        assert "PacePlatform active" not in log and "packed into TPP layout" not in log
+        assert platform[-1] == "CpuPlatform"
+        assert not [op for op in calls if op.startswith("pace::")], calls
+        return
+    layers = json.loads((Path(model) / "config.json").read_text())["num_hidden_layers"]
+    assert platform[-1] == "PacePlatform"
+    # One forward pass per token (the prompt's in the first); in each, qkv and o of every
+    # layer and the LM head go through libxsmm, and every MLP is one fused call.
+    assert calls.get("pace::libxsmmlinear_plain") == MAX_TOKENS * (2 * layers + 1), calls
+    assert calls.get("pace::libxsmm_fused_mlp") == MAX_TOKENS * layers, calls
+    assert "zenvllm-launch: pace-vllm 1.3.0 is ACTIVE" in log, log
+    assert "Platform plugin pace is activated" in log
+    assert "attn_backend=pace_vllm.v1.attention.backends.pace_attn.PaceAttentionBackend" in log
+    assert "pace-vllm: PaceWorker active (worker=PaceWorker, model_runner=PaceModelRunner)" in log
+    # qkv, o, gate_up and down in each layer; none fell back to vLLM's own matmul.
+    packed = re.findall(r"pace-vllm: Linear model\.layers\.\d+\.\S+ packed into TPP", log)
+    assert len(packed) == 4 * layers, log
+    assert "falling back to stock CPU dispatch" not in log
+    assert f"pace-vllm: FusedMLPPass matched {layers} MLP sites." in log
+    assert "pace-vllm: slab lifecycle step: +1 new" in log  # PACE's runner took the request
+
+
+def test_pace_serves_where_pace_is_inactive(tmp_path):
+    """The other branch on every machine: under a faked Zen 3 /proc/cpuinfo (AVX2 only)
+    the pace image still serves, on vLLM 0.28's own CPU platform, and says why."""
+    require(engine.engine_ready(), "no container engine answers (run `make engine`)")
+    tag, _ = engine.build("pace", tmp_path / "build.log")  # the layer cache's hit
+    view = tmp_path / "cpuinfo"
+    view.write_text(cpu.fake_cpuinfo("amd-zen3-avx2", len(cpu.this_host().cpus)))
+    port = engine.free_port()
+    run_opts = ("-v", f"{view}:/proc/cpuinfo:ro")
+    with engine.serve(tag, ensure_tiny_model(), port, "--enforce-eager", run_opts=run_opts) as name:
+        engine.wait_for(lambda: healthy(port), 420, "/health", name)
+        assert complete(name, port)["usage"]["completion_tokens"] == MAX_TOKENS
+        log = engine.logs(name)
+    lacks = ", ".join(missing_isa(TARGETS["pace"], cpu.fake_host("amd-zen3-avx2")))
+    assert f"pace-vllm 1.3.0 is installed but INACTIVE: this CPU lacks {lacks}" in log, log
+    assert "pace-vllm: platform not available on this host; plugin inactive." in log
+    assert "PacePlatform active" not in log
