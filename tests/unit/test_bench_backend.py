@@ -49,3 +49,34 @@ def test_stock_targets_record_the_platform_only():
 def test_the_profiler_argument_is_one_json_value():
     (arg,) = backend.serve_args()
     assert arg.startswith("--profiler-config={") and '"torch_profiler_dir":"/profile"' in arg
+
+
+def test_check_refuses_a_run_whose_zen_did_not_run_and_the_table_says_what_ran():
+    from zenvllm.bench import check, report
+
+    rows = backend.parse_table(TABLE.read_text())
+    configs = [
+        {
+            "name": "zen-auto",
+            "target": "zen",
+            "backend": backend.verdict("zen", "ZenCpuPlatform", rows),
+            "start": {"ready_s": 52.0, "compile_cache": "cold"},
+            "restart": {"ready_s": 27.7, "compile_cache": "warm"},
+        },
+        {
+            "name": "zen-single",
+            "target": "zen",
+            "backend": backend.verdict("zen", "CpuPlatform", []),
+        },
+        {"name": "llamacpp", "target": "llamacpp"},
+    ]
+    assert check.backend_problems(configs) == [
+        "zen-single: its zen acceleration did not run (platform CpuPlatform, 0 calls of its "
+        "operators): not a measurement of that target"
+    ]
+    table = report.ran_table(configs).splitlines()
+    assert table[-2] == (
+        "| zen-auto | ZenCpuPlatform | active (144 calls) | zentorch::zentorch_linear_unary "
+        "(144) | 52 s (cold) | 27.7 s (warm) |"
+    )
+    assert table[-1] == "| zen-single | CpuPlatform | INACTIVE (0 calls) | - | - | - |"

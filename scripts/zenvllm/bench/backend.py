@@ -12,11 +12,16 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
+from zenvllm.bench import layouts
+from zenvllm.bench.layouts import Configuration
 from zenvllm.core import gate
 from zenvllm.image.engine import DOCKER
+from zenvllm.runtime.health import healthy
 
 PROFILE_MOUNT = "/profile"
 # Idle until /start_profile; no Python stacks (smaller traces), the API server left out.
@@ -104,3 +109,61 @@ def profile(url: str, model: str, host_dir: Path) -> list[dict]:
 
 def read_back(container: str, url: str, model: str, target: str, host_dir: Path) -> dict:
     return verdict(target, platform_of(container), profile(url, model, host_dir))
+
+
+# -- how a server started: its compile cache, and a restart ---------------------------
+def cache_state(dirs: tuple[str, ...]) -> str:
+    """ "warm" when the compile cache a server mounts holds Inductor's artifacts already,
+    "cold" when it is empty, "none" when the bench keeps no cache."""
+    if not dirs:
+        return "none"
+    return "warm" if any(any(Path(d, "inductor").rglob("*.so")) for d in dirs) else "cold"
+
+
+def restart(name: str, port: int, timeout_s: float) -> float:
+    """`docker restart` of a ready server; seconds until /health answers again."""
+    start = time.monotonic()
+    DOCKER.run("restart", name, check=True, timeout=300)
+    while not healthy(port):
+        if time.monotonic() - start > timeout_s:
+            raise RuntimeError(f"{name}: no /health within {timeout_s:.0f} s of a restart")
+        time.sleep(0.5)
+    return time.monotonic() - start
+
+
+# -- one configuration's record -----------------------------------------------------------
+def profile_dir(raw: Path, config: str, server: str) -> Path:
+    """Where vLLM's profiler of one server writes (the container's user writes it)."""
+    path = raw / f"{config}-{server}-profile"
+    path.mkdir(exist_ok=True)
+    path.chmod(0o777)
+    return path
+
+
+def facts(
+    config: Configuration,
+    raw: Path,
+    started: dict,
+    restart_once: bool,
+    timeout_s: float,
+    say: Callable[[str], None],
+) -> dict:
+    """What the first server of a vLLM configuration ran (its platform; for the
+    planner's containers the operators of one profiled request) and how it started;
+    the planner's layout is restarted once for its warm time to ready."""
+    if config.kind not in ("plan", "stock", "dp") or not config.servers:
+        return {}
+    first = config.servers[0]
+    if first.instance:
+        url, where = f"http://127.0.0.1:{first.port}", profile_dir(raw, config.name, first.name)
+        found = read_back(first.name, url, layouts.MODEL_MOUNT, config.target, where)
+    else:
+        found = verdict(config.target, platform_of(first.name), [])
+    say(f"{config.name}: {describe(config.name, config.target, found)}")
+    record = {"backend": found, "start": started}
+    if restart_once and config.name == layouts.PLANNER:
+        took = restart(first.name, first.port, timeout_s)
+        cache = "none" if started["compile_cache"] == "none" else "warm"  # it just compiled
+        record["restart"] = {"ready_s": round(took, 1), "compile_cache": cache}
+        say(f"{config.name}: restarted, ready again in {took:.0f} s")
+    return record

@@ -70,6 +70,7 @@ def check_outputs(out_dir: Path, expect: list[str] | None = None) -> list[str]:
         mine = [r for r in runs if r["config"] == name]
         problems += config_problems(name, mine, summary.get(name), w)
     problems += ratio_problems(summary)
+    problems += backend_problems(result["configurations"])
     try:
         derived = recompute.derive(result)
     except (KeyError, TypeError, ValueError, ZeroDivisionError) as err:
@@ -85,6 +86,17 @@ def check_outputs(out_dir: Path, expect: list[str] | None = None) -> list[str]:
     problems += shown_problems(out_dir / "table.md", result, derived)
     problems += plot_problems(out_dir)
     return problems
+
+
+def backend_problems(configurations: list[dict]) -> list[str]:
+    """A configuration whose acceleration did not run is not what its name says."""
+    return [
+        f"{c['name']}: its {c['target']} acceleration did not run (platform "
+        f"{c['backend']['platform']}, {c['backend']['accelerated_calls']} calls of its "
+        "operators): not a measurement of that target"
+        for c in configurations
+        if c.get("backend", {}).get("active") is False
+    ]
 
 
 def missing_configs(configurations: list[dict], expect: list[str]) -> list[str]:

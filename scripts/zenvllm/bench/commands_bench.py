@@ -164,6 +164,9 @@ def run(args: argparse.Namespace) -> int:
         weight_bytes=model.weight_bytes,
         bandwidth=measured,
         host_cores=sum(len(c) for c in usable_cores(host).values()),
+        compile_cache_dir=str(args.compile_cache.resolve()) if args.compile_cache else "",
+        serve_env=dict(args.serve_env),
+        restart=not args.no_restart,
     )
     if args.dry_run:
         return print_plan(configs, images, workload, notes)
@@ -342,6 +345,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--compile",
         action="store_true",
         help="never fall back to --enforce-eager (the image has a C++ compiler)",
+    )
+    parser.add_argument(
+        "--compile-cache",
+        type=Path,
+        metavar="DIR",
+        help="keep vLLM's compile caches under DIR across runs, stock's too (its start-up "
+        "only); default: a fresh one per run, removed after it, so each run measures cold "
+        "starts and the planner's warm restart",
+    )
+    parser.add_argument("--no-restart", action="store_true", help="skip the planner's restart")
+    parser.add_argument(
+        "--serve-env",
+        type=arguments.env_pair,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set in the planner's containers over what it planned (repeatable), e.g. to "
+        "measure a layout with another binding",
     )
     parser.add_argument(
         "--max-model-len", type=arguments.max_model_len, help="served context length"

@@ -68,11 +68,16 @@ def result_document(
     images: dict[str, str],
     runs: list[Run],
     batch1: list[Run] | tuple = (),
+    facts: dict[str, dict] | None = None,
 ) -> dict:
-    """`runs`: the throughput workload's repeats; `batch1`: one request at a time."""
+    """`runs`: the throughput workload's repeats; `batch1`: one request at a time;
+    `facts`: per configuration, what ran (backend) and how it started (start, restart)."""
+    facts = facts or {}
     return {
         "meta": meta,
-        "configurations": [config_dict(c, images.get(c.target)) for c in configs],
+        "configurations": [
+            config_dict(c, images.get(c.target)) | facts.get(c.name, {}) for c in configs
+        ],
         "runs": [asdict(r) for r in runs],
         "batch1": [asdict(r) for r in batch1],
         **derived(meta, configs, runs, batch1),

@@ -81,7 +81,7 @@ def judge(doc: dict, recorded: list[dict]) -> tuple[bool, str]:
     )
 
 
-def load(path: Path) -> dict:
+def read_result(path: Path) -> dict:
     return gate.obj(gate.read_json(path, gate.DOCUMENT, FIX), str(path), FIX)
 
 
@@ -91,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--recorded", type=Path, default=RECORDED)
     args = parser.parse_args(argv)
     try:
-        doc = load(args.out / "results.json")
-        recorded = [load(p) for p in sorted(args.recorded.glob("*/results.json"))]
+        doc = read_result(args.out / "results.json")
+        recorded = [read_result(p) for p in sorted(args.recorded.glob("*/results.json"))]
     except gate.InputError as err:
         print(f"speed guard: {err}", file=sys.stderr)
         return 2

@@ -6,10 +6,12 @@ layout runs its instance's container from `core.container`, as a deployment does
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from zenvllm.bench import backend
 from zenvllm.bench.layouts import MODEL_MOUNT, Server, Workload
+from zenvllm.core import compile_cache
 from zenvllm.core.container import Container, Settings, container_of
 from zenvllm.image import data
 
@@ -24,17 +26,28 @@ GGUF_MOUNT = "/gguf"
 
 @dataclass(frozen=True)
 class Launch:
-    """How the bench starts one server: its `docker run` argv, and the files
-    (path -> text) to write before it runs."""
+    """How the bench starts one server: its `docker run` argv, the files (path -> text)
+    to write before it runs, and the directories to make for the container's user."""
 
     argv: list[str]
     files: dict[str, str]
+    dirs: tuple[str, ...] = field(default=())
 
 
 def container_settings(
-    image: str, model_dir: Path, max_model_len: int, eager: bool, env_dir: Path
+    image: str,
+    model_dir: Path,
+    max_model_len: int,
+    eager: bool,
+    env_dir: Path,
+    *,
+    profile_dir: Path | None = None,
+    compile_cache_dir: str = "",
+    extra_env: dict[str, str] | None = None,
 ) -> Settings:
-    """A deployment's settings for a bench run: the same image, model and security."""
+    """A deployment's settings for a bench run: the same image, model and security, its
+    compile cache; plus vLLM's profiler (idle until asked) writing to `profile_dir`."""
+    profiling = backend.serve_args() if profile_dir else []
     return Settings(
         deployment="zenvllm-bench",
         image=image,
@@ -42,10 +55,13 @@ def container_settings(
         container_model_dir=MODEL_MOUNT,
         served_model_name=MODEL_MOUNT,  # what the clients ask for
         max_model_len=max_model_len,
-        serve_args=("--dtype=bfloat16", *(["--enforce-eager"] if eager else [])),
+        serve_args=("--dtype=bfloat16", *(["--enforce-eager"] if eager else []), *profiling),
         seccomp_profile=str(SECCOMP_PROFILE),
         config_dir=str(env_dir),
         supervisor="none",  # the bench stops it, reads its log and removes it
+        extra_env=dict(extra_env or {}),
+        extra_options=(f"--volume={profile_dir}:{backend.PROFILE_MOUNT}",) if profile_dir else (),
+        compile_cache_dir=compile_cache_dir,
     )
 
 
@@ -65,6 +81,18 @@ def stock_command(
     return argv + (["--enforce-eager"] if eager else [])
 
 
+def with_cache(argv: list[str], root: str, name: str) -> tuple[list[str], str]:
+    """Stock's command with a compile cache of its own (when the bench keeps one; with
+    compile_cache.env's VLLM_USE_AOT_COMPILE=0, without which vLLM 0.32 cannot load it):
+    its start-up changes, not what it serves. The argv, and the directory it mounts."""
+    cache = compile_cache.host_dir(root, name, compile_cache.key("", [], argv, {}))
+    extra = ["-v", f"{cache}:{compile_cache.CONTAINER_DIR}"]
+    for k, v in sorted(compile_cache.env().items()):
+        extra += ["-e", f"{k}={v}"]
+    at = argv.index("--entrypoint")
+    return [*argv[:at], *extra, *argv[at:]], cache
+
+
 def server_launch(server: Server, settings: Settings, run_id: str) -> Launch:
     """Stock runs the guide's command; a planner layout runs its instance's container,
     exactly as `zenvllm plan --json` gives it to a deployment (launcher, env file,
@@ -74,10 +102,16 @@ def server_launch(server: Server, settings: Settings, run_id: str) -> Launch:
         model_dir = Path(settings.model_dir)
         eager = "--enforce-eager" in settings.serve_args
         argv = stock_command(server, settings.image, model_dir, settings.max_model_len, eager)
-        return Launch([argv[0], *label, *argv[1:]], {})
+        cache = ""
+        if settings.compile_cache_dir:
+            argv, cache = with_cache(
+                argv, settings.compile_cache_dir, server.name.rsplit("-", 1)[0]
+            )
+        return Launch([argv[0], *label, *argv[1:]], {}, (cache,) if cache else ())
     container: Container = container_of(server.instance, settings)
     argv = container.run_args
-    return Launch([argv[0], *label, *argv[1:]], {container.env_file: container.env_text})
+    dirs = (container.cache_dir,) if container.cache_dir else ()
+    return Launch([argv[0], *label, *argv[1:]], {container.env_file: container.env_text}, dirs)
 
 
 def llamacpp_launch(

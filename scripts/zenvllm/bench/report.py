@@ -96,6 +96,8 @@ def markdown(result: dict) -> str:
     parts += [f"- {n}" for n in meta.get("notes", [])]
     if any(s.batch1_tpot_ms is not None for s in summaries):
         parts += ["", batch1_table(summaries, w)]
+    if any("backend" in c for c in result["configurations"]):
+        parts += ["", ran_table(result["configurations"])]
     if result.get("peers"):
         parts += ["", peers_table(result["peers"])]
     if result.get("weights"):
@@ -105,6 +107,38 @@ def markdown(result: dict) -> str:
     elif cached_note(meta):
         parts += ["", cached_note(meta)]
     return "\n".join(parts) + "\n"
+
+
+def ran_table(configs: list[dict]) -> str:
+    """What each configuration's first server ran, read back from it (bench/backend.py),
+    and how long it took to be ready: its start and, for the planner, a restart."""
+    lines = [
+        "What ran, read back from each server (platform: vLLM's own `current_platform` in "
+        "the container; operators: vLLM's profiler over one request), and time to ready:",
+        "",
+        "| configuration | platform | accelerator | busiest operator (calls) | start | restart |",
+        "|---|---|---|---|---:|---:|",
+    ]
+    for c in configs:
+        ran = c.get("backend")
+        if ran is None:
+            continue
+        top = ran["top_ops"][:1]
+        busiest = f"{top[0]['op']} ({top[0]['calls']})" if top else "-"
+        accel = (
+            f"{'active' if ran['active'] else 'INACTIVE'} ({ran['accelerated_calls']} calls)"
+            if "active" in ran
+            else "-"
+        )
+        lines.append(
+            f"| {c['name']} | {ran['platform']} | {accel} | {busiest} | "
+            f"{ready(c.get('start'))} | {ready(c.get('restart'))} |"
+        )
+    return "\n".join(lines)
+
+
+def ready(start: dict | None) -> str:
+    return f"{start['ready_s']:g} s ({start['compile_cache']})" if start else "-"
 
 
 def verdict_lines(v: dict) -> list[str]:

@@ -19,7 +19,17 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from zenvllm.bench import clients, document, gateway, launch, layouts, report, results
+from zenvllm.bench import (
+    backend,
+    clients,
+    document,
+    gateway,
+    launch,
+    layouts,
+    leftovers,
+    report,
+    results,
+)
 from zenvllm.bench.gateway import Deployment
 from zenvllm.bench.layouts import Configuration, Workload
 from zenvllm.bench.results import Run
@@ -31,8 +41,8 @@ from zenvllm.runtime.health import healthy
 
 # The roofline's meta when the bandwidth is unknown: no roofline rows.
 NO_BANDWIDTH = {"core_bandwidth_gbs": 0.0, "bandwidth_source": "unknown"}
-SHM_LEFTOVERS = Path("/dev/shm")
-TMP_LEFTOVERS = Path("/tmp")
+RUN_CACHE = "compile-cache"  # a run's own compile cache, under raw/, removed after it
+CONTAINER_USER = (10001, 10001)  # the image's user (core.container.Settings.user)
 
 
 @dataclass
@@ -56,6 +66,10 @@ class Settings:
     bandwidth: Bandwidth | None = None
     host_cores: int = 0
     gguf: dict[str, Path] = field(default_factory=dict)  # llama.cpp peers: GGUF type -> file
+    # vLLM's compile cache for every vLLM server ("" = none: each start compiles).
+    compile_cache_dir: str = ""
+    serve_env: dict[str, str] = field(default_factory=dict)  # over the planner's env
+    restart: bool = True  # restart the planner's layout once: its warm time to ready
 
 
 def say(text: str) -> None:
@@ -125,9 +139,11 @@ def measure(
     settings: Settings,
     raw: Path,
     run_id: str,
+    facts: dict[str, dict],
 ) -> tuple[list[Run], Run | str | None]:
-    """Start a configuration, warm it up, run its repeats and batch 1, stop it: its runs,
-    and its batch-1 run (None: not asked for; a string: why it failed, the runs stand)."""
+    """Start a configuration, warm it up, run its repeats and batch 1, read back what ran,
+    stop it: its runs, and its batch-1 run (None: not asked for; a string: why it failed,
+    the runs stand). What ran and how it started go to facts[config.name]."""
     w = settings.workload
     # Every client is vLLM's own `vllm bench serve`.
     setup = clients.Clients(
@@ -135,9 +151,11 @@ def measure(
     )
     counted = config.kind == "llamacpp"
     tag = f"[{index}/{total}] {config.name}"
+    started = {}
     try:
         if config.servers:
-            start_servers(config, settings, settings.images[config.target], raw, run_id, tag)
+            image = settings.images[config.target]
+            started = start_servers(config, settings, image, raw, run_id, tag)
         endpoints = config_endpoints(config, settings, raw, tag)
         shares = w.shares(len(endpoints))
         if w.warmup_prompts:
@@ -160,10 +178,14 @@ def measure(
                 f"(load {load:.2f})"
             )
         try:
-            return runs, batch1(config, setup, endpoints, w, tag) if w.batch1_prompts else None
+            one = batch1(config, setup, endpoints, w, tag) if w.batch1_prompts else None
         except (RuntimeError, ValueError) as err:
             say(f"{tag}: batch 1 FAILED: {err}")
-            return runs, f"batch 1: {err}"
+            one = f"batch 1: {err}"
+        facts[config.name] = backend.facts(
+            config, raw, started, settings.restart, settings.start_timeout_s, say
+        )
+        return runs, one
     finally:
         stop(config.name, config.servers, raw)
         if config.kind == "gateway" and settings.gateway_deploy:
@@ -202,9 +224,10 @@ def start_servers(
     raw: Path,
     run_id: str,
     tag: str,
-) -> None:
+) -> dict:
     """Check every port is free before starting any server, so a clash is a clear error
-    rather than a container that never turns healthy; then start them and wait."""
+    rather than a container that never turns healthy; then start them and wait: how
+    long, and whether their compile cache was warm."""
     for s in config.servers:
         if port_in_use(s.port):
             raise UserError(
@@ -212,6 +235,7 @@ def start_servers(
                 "listens there or pass --base-port"
             )
     say(f"{tag}: starting {config.shape} ({image})")
+    dirs: tuple[str, ...] = ()
     for s in config.servers:
         container = launch.container_settings(
             image,
@@ -219,6 +243,11 @@ def start_servers(
             settings.max_model_len,
             settings.workload.enforce_eager,
             raw,
+            profile_dir=backend.profile_dir(raw, config.name, s.name) if s.instance else None,
+            # Stock keeps vLLM's own command but for a cache given with --compile-cache.
+            compile_cache_dir=settings.compile_cache_dir
+            or (str(raw / RUN_CACHE) if s.instance else ""),
+            extra_env=settings.serve_env,
         )
         spec = (
             launch.llamacpp_launch(
@@ -234,9 +263,16 @@ def start_servers(
         )
         for path, text in spec.files.items():
             Path(path).write_text(text)
+        for path in spec.dirs:
+            made = Path(path)
+            made.mkdir(parents=True, exist_ok=True)
+            os.chown(made, *CONTAINER_USER)
+        dirs += spec.dirs
         DOCKER.run(*spec.argv, check=True)
+    cache = backend.cache_state(dirs)
     took = wait_ready([(s.name, s.port) for s in config.servers], settings.start_timeout_s)
-    say(f"{tag}: ready in {took:.0f} s")
+    say(f"{tag}: ready in {took:.0f} s (compile cache: {cache})")
+    return {"ready_s": round(took, 1), "compile_cache": cache}
 
 
 def servers_memory(servers: tuple[layouts.Server, ...]) -> int:
@@ -275,36 +311,6 @@ def remove_labelled(run_id: str) -> None:
         DOCKER.run("rm", "-f", cid, timeout=120)
 
 
-def leftovers() -> set[Path]:
-    return set(SHM_LEFTOVERS.glob("__KMP_REGISTERED_LIB_*")) | set(
-        TMP_LEFTOVERS.glob("vllm_dist_*")
-    )
-
-
-def pid_alive(path: Path) -> bool:
-    """__KMP_REGISTERED_LIB_<pid>_<n>: alive while that process runs."""
-    parts = path.name.split("_")
-    try:
-        return Path(f"/proc/{int(parts[-2])}").exists()
-    except (ValueError, IndexError):
-        return False
-
-
-def clean_leftovers(before: set[Path]) -> list[Path]:
-    """Remove OpenMP registration files and vLLM dist dirs that appeared during the run
-    (never anything that was there before, or whose OpenMP owner still runs)."""
-    removed = []
-    for path in leftovers() - before:
-        if path.name.startswith("__KMP") and pid_alive(path):
-            continue
-        if path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
-        removed.append(path)
-    return removed
-
-
 def run_bench(
     configs: list[Configuration],
     settings: Settings,
@@ -327,24 +333,28 @@ def _measure_into(
     raw = staging / "raw"
     raw.mkdir()
     raw.chmod(0o777)  # the image's client runs as an unprivileged user and writes here
-    before = leftovers()
+    before = leftovers.found()
     started = time.time()
     load_before = os.getloadavg()
     runs: list[Run] = []
     batch1_runs: list[Run] = []
     failures: list[str] = []
+    facts: dict[str, dict] = {}
     try:
         for index, config in enumerate(configs, 1):
             try:
-                mine, one = measure(index, len(configs), config, settings, raw, run_id)
+                mine, one = measure(index, len(configs), config, settings, raw, run_id, facts)
                 runs += mine
                 if isinstance(one, str):
                     failures.append(f"{config.name} {one}")
                 elif one:
                     batch1_runs.append(one)
-            except (RuntimeError, ValueError) as err:
+            except (RuntimeError, ValueError, OSError) as err:
                 failures.append(f"{config.name}: {err}")
                 progress(f"[{index}/{len(configs)}] {config.name}: FAILED: {err}")
+            ran = facts.get(config.name, {}).get("backend", {})
+            if ran.get("active") is False:  # never presented as what it is not
+                failures.append(backend.describe(config.name, config.target, ran))
         meta = {
             "run_id": run_id,
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
@@ -364,12 +374,13 @@ def _measure_into(
             **(settings.bandwidth.meta() if settings.bandwidth else NO_BANDWIDTH),
             "host_cores": settings.host_cores,
         }
-        result = document.result_document(meta, configs, settings.images, runs, batch1_runs)
+        result = document.result_document(meta, configs, settings.images, runs, batch1_runs, facts)
         report.write_outputs(result, staging, plots=settings.plots)
         return result, (1 if failures else 0)
     finally:
         remove_labelled(run_id)
-        removed = clean_leftovers(before)
+        shutil.rmtree(raw / RUN_CACHE, ignore_errors=True)
+        removed = leftovers.clean(before)
         if removed:
             progress(f"removed {len(removed)} OpenMP/vLLM leftover file(s)")
 

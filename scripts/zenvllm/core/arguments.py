@@ -62,3 +62,13 @@ def name(value: str) -> str:
             "starting with a letter); e.g. zenvllm"
         )
     return value
+
+
+def env_pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.replace("_", "").isalnum() or not key[0].isalpha():
+        raise argparse.ArgumentTypeError(
+            f"{text[:80]!r} is not KEY=VALUE with a variable name as KEY; give e.g. "
+            "VLLM_CPU_OMP_THREADS_BIND=auto"
+        )
+    return key, value
