@@ -17,9 +17,16 @@ def test_the_table_gives_each_operator_its_share_and_calls():
     assert rows[0] == {
         "op": "zentorch::zentorch_linear_unary",
         "self_cpu_pct": 57.11,
+        "avg_us": 2312.0,
         "calls": 144,
     }
-    assert {"op": "_C::rotary_embedding", "self_cpu_pct": 7.23, "calls": 32} in rows
+    assert {
+        "op": "_C::rotary_embedding",
+        "self_cpu_pct": 7.23,
+        "avg_us": 1314.0,
+        "calls": 32,
+    } in rows
+    assert {"op": "aten::as_strided", "self_cpu_pct": 0.08, "avg_us": 0.309, "calls": 1528} in rows
     assert all(r["self_cpu_pct"] <= rows[0]["self_cpu_pct"] for r in rows)
 
 
@@ -30,7 +37,7 @@ def test_zen_is_active_with_its_platform_and_its_operators():
 
 
 def test_zen_on_the_stock_platform_is_inactive_and_says_so():
-    rows = [{"op": "_C::onednn_mm", "self_cpu_pct": 60.0, "calls": 144}]
+    rows = [{"op": "_C::onednn_mm", "self_cpu_pct": 60.0, "avg_us": 2000.0, "calls": 144}]
     record = backend.verdict("zen", "CpuPlatform", rows)
     assert not record["active"] and record["accelerated_calls"] == 0
     assert "INACTIVE: not presented as zen" in backend.describe("zen-auto", "zen", record)

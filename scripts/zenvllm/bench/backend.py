@@ -42,15 +42,33 @@ def serve_args() -> list[str]:
     return [f"--profiler-config={json.dumps(PROFILER_CONFIG, separators=(',', ':'))}"]
 
 
+UNITS_US = {"us": 1.0, "ms": 1e3, "s": 1e6}
+
+
+def micros(text: str) -> float:
+    """ "2.312ms" -> 2312.0 (torch's table prints us, ms or s)."""
+    number, unit = re.fullmatch(r"([0-9.]+)(us|ms|s)", text).groups()
+    return round(float(number) * UNITS_US[unit], 3)
+
+
 def parse_table(text: str) -> list[dict]:
-    """Rows of torch's key_averages table: operator, self CPU %, calls."""
+    """Rows of torch's key_averages table: operator, self CPU %, CPU time per call, calls."""
     rows = []
     for line in text.splitlines():
         fields = re.split(r"\s{2,}", line.strip())
         if len(fields) < 7 or not fields[-1].isdigit() or not fields[1].endswith("%"):
             continue
+        try:
+            avg = micros(fields[-2])
+        except AttributeError:  # not a time: not a row
+            continue
         rows.append(
-            {"op": fields[0], "self_cpu_pct": float(fields[1][:-1]), "calls": int(fields[-1])}
+            {
+                "op": fields[0],
+                "self_cpu_pct": float(fields[1][:-1]),
+                "avg_us": avg,
+                "calls": int(fields[-1]),
+            }
         )
     return sorted(rows, key=lambda r: -r["self_cpu_pct"])
 

@@ -85,6 +85,10 @@ def read_result(path: Path) -> dict:
     return gate.obj(gate.read_json(path, gate.DOCUMENT, FIX), str(path), FIX)
 
 
+def recorded_documents(where: Path = RECORDED) -> list[dict]:
+    return [read_result(p) for p in sorted(where.glob("*/results.json"))]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m zenvllm.bench.guard", description=__doc__)
     parser.add_argument("out", type=Path, help="the bench's output directory (results.json)")
@@ -92,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         doc = read_result(args.out / "results.json")
-        recorded = [read_result(p) for p in sorted(args.recorded.glob("*/results.json"))]
+        recorded = recorded_documents(args.recorded)
     except gate.InputError as err:
         print(f"speed guard: {err}", file=sys.stderr)
         return 2

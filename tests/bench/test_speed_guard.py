@@ -1,0 +1,90 @@
+"""The speed guard in CI: a real-shape model (Qwen2.5-0.5B's shape, random weights) in
+vLLM's compiled mode, the planner's layout against stock in one run, judged against
+the recorded runs in docs/bench (zenvllm.bench.guard); then the plan sabotaged on
+purpose (the planner's containers given stock's thread binding), which the guard
+must fail. Ratios only: the machine is shared and noisy, absolute figures move.
+
+The compile caches are kept under $ZENVLLM_CACHE/compile-guard, so after the first
+CI run on a machine every server starts warm.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import REPO, require, require_tool
+from support.engine import ZENVLLM, build, docker, engine_env, engine_ready
+from support.tiny_model import ensure_tiny_model
+
+from zenvllm.bench import guard
+
+pytestmark = pytest.mark.bench
+
+IMAGE = "zenvllm/vllm-openai:0.32.0"
+CACHE = Path(os.environ.get("ZENVLLM_CACHE", "/var/cache/zenvllm")) / "compile-guard"
+BASE_PORT = 8701  # its own: the quick bench uses 8601+, make bench 8401+
+# Short but real: 16 requests of 128 in / 128 out at concurrency 16, twice.
+WORKLOAD = ["--num-prompts", "16", "--concurrency", "16", "--warmup-prompts", "8"]
+WORKLOAD += ["--repeats", "2", "--batch1-prompts", "0", "--no-restart", "--no-plots"]
+# What stock runs with (vLLM's default binding) in place of the plan's explicit one.
+SABOTAGE = "VLLM_CPU_OMP_THREADS_BIND=auto"
+
+
+def bench(out: Path, model: Path, *args: str) -> subprocess.CompletedProcess:
+    argv = [*ZENVLLM, "bench", "--model", str(model), "--out", str(out), "--compile"]
+    argv += ["--compile-cache", str(CACHE), "--base-port", str(BASE_PORT), *WORKLOAD, *args]
+    done = subprocess.run(argv, env=engine_env(), text=True, capture_output=True, timeout=1800)
+    assert done.returncode == 0, f"{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    return done
+
+
+@pytest.fixture(scope="module")
+def model():
+    require_tool("docker")
+    require(engine_ready(), "no container engine answers (make engine)")
+    if docker("image", "inspect", IMAGE, check=False).returncode != 0:
+        build("vllm-openai", REPO / ".cache" / "guard-build.log")  # a cache hit once built
+    return ensure_tiny_model(shape="qwen0.5b")
+
+
+@pytest.fixture(scope="module")
+def honest(model, tmp_path_factory):
+    out = tmp_path_factory.mktemp("guard") / "honest"
+    bench(out, model, "--configs", "stock,auto")
+    return json.loads((out / "results.json").read_text()), out
+
+
+def test_the_planners_advantage_holds_against_the_recorded_runs(honest):
+    doc, out = honest
+    assert doc["meta"]["workload"]["enforce_eager"] is False  # compiled, as deployments run
+    done = subprocess.run(
+        [ZENVLLM[0], "-m", "zenvllm.bench.guard", str(out)],
+        env=engine_env(),
+        text=True,
+        capture_output=True,
+    )
+    print(f"\n{done.stdout}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("speed guard holds: auto / stock = ")
+
+
+def test_the_guard_fails_a_plan_sabotaged_with_stocks_binding(honest, model, tmp_path):
+    """The planner's layout given stock's thread binding, measured for real, beside
+    the honest run's stock (the same machine, minutes apart): the guard says FAILED."""
+    doc, _ = honest
+    out = tmp_path / "sabotaged"
+    done = bench(out, model, "--configs", "auto", "--serve-env", SABOTAGE)
+    sabotaged = json.loads((out / "results.json").read_text())
+    (log,) = (out / "raw").glob("auto-*.log")  # the server's own log: it ran with stock's bind
+    assert f"{SABOTAGE} (the deployment's plan)" in log.read_text(), done.stdout[-2000:]
+    combined = {
+        "meta": doc["meta"],
+        "runs": [r for r in doc["runs"] if r["config"] == "stock"] + sabotaged["runs"],
+    }
+    ok, sentence = guard.judge(combined, guard.recorded_documents())
+    print(f"\nsabotaged: {sentence}")
+    assert not ok and sentence.startswith("speed guard FAILED: auto / stock = ")
