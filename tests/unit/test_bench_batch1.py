@@ -215,7 +215,10 @@ def test_a_share_over_100_percent_is_never_printed_and_fails_the_check(tmp_path)
     table = (tmp_path / "table.md").read_text()
     assert "156.2%" not in table and "208.3%" not in table
     assert f"| auto | 12.5 | 8 | {roofline.OVER} |" in table
-    assert "Planner at batch 1: over 100%: the bandwidth figure is too low" in table
+    assert (
+        "Planner at batch 1: more weight bytes than its instance's bandwidth figure allows "
+        f"({roofline.OVER}) (goal 60%: unknown)."
+    ) in table
     found = check.check_outputs(tmp_path)
     assert any(p.startswith("roofline: auto at batch 1 streamed 16.67 GB/s") for p in found)
     assert any("(156.2%): the bandwidth figure is too low (a default)" in p for p in found)

@@ -15,7 +15,7 @@ from types import ModuleType
 from zenvllm.bench.document import configs_from_dicts
 from zenvllm.bench.layouts import ACCEPTANCE_RATIO, PLANNER, STOCK, Configuration
 from zenvllm.bench.results import Run, Summary
-from zenvllm.bench.roofline import cached_note, percent_text, roofline_table
+from zenvllm.bench.roofline import OVER, cached_note, over, percent_text, roofline_table
 from zenvllm.core.errors import UserError
 
 # -- writers -----------------------------------------------------------------
@@ -155,12 +155,15 @@ def verdict_lines(v: dict) -> list[str]:
             f" {v['planner_vs_best']}x (within {1 - v['near_best_ratio']:.0%}: "
             f"{'yes' if v['near_best'] else 'NO'})."
         )
-    if v.get("planner_batch1_percent") is not None:
+    percent = v.get("planner_batch1_percent")
+    if percent is not None:
         goal = {True: "met", False: "NOT met", None: "unknown"}[v["planner_batch1_goal_met"]]
-        lines.append(
-            f"Planner at batch 1: {percent_text(v['planner_batch1_percent'])} of its "
-            f"instance's bandwidth (goal {v['batch1_goal_percent']:g}%: {goal})."
+        share = (
+            f"{percent_text(percent)} of its instance's bandwidth"
+            if not over(percent)
+            else f"more weight bytes than its instance's bandwidth figure allows ({OVER})"
         )
+        lines.append(f"Planner at batch 1: {share} (goal {v['batch1_goal_percent']:g}%: {goal}).")
     return lines
 
 
