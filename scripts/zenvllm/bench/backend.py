@@ -177,7 +177,7 @@ def facts(
         found = read_back(first.name, url, layouts.MODEL_MOUNT, config.target, where)
     else:
         found = verdict(config.target, platform_of(first.name), [])
-    say(f"{config.name}: {describe(config.name, config.target, found)}")
+    say(describe(config.name, config.target, found))
     record = {"backend": found, "start": started}
     if restart_once and config.name == layouts.PLANNER:
         took = restart(first.name, first.port, timeout_s)
