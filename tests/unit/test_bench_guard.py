@@ -28,7 +28,9 @@ def test_the_floor_is_the_lowest_recorded_repeat_less_the_spread(recorded):
     pooled = [
         r
         for d in recorded
-        if d["meta"]["model"] == "bench-0.5b" and d["meta"]["cpus"] == 2
+        if d["meta"]["model"] == "bench-0.5b"
+        and d["meta"]["cpus"] == 2
+        and not d["meta"].get("serve_env")
         for r in guard.repeat_ratios(d)
     ]
     limit, basis = guard.floor(recorded, "bench-0.5b", 2)
@@ -71,3 +73,10 @@ def test_the_command_exits_1_on_a_failed_guard_and_2_on_a_bad_file(tmp_path, hal
     (tmp_path / "results.json").write_text("{not json")
     assert guard.main([str(tmp_path)]) == 2
     assert guard.main([str(Path(tmp_path, "absent"))]) == 2
+
+
+def test_a_run_with_serve_env_sets_no_floor(recorded, half_b):
+    """--serve-env runs are experiments on the plan (or sabotage): never a reference."""
+    experiment = copy.deepcopy(half_b)
+    experiment["meta"]["serve_env"] = {"VLLM_CPU_OMP_THREADS_BIND": "auto"}
+    assert guard.floor([experiment], "bench-0.5b", 2) is None

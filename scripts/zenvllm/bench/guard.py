@@ -42,6 +42,7 @@ def comparable(doc: dict, model: str, cpus: int) -> bool:
         meta.get("model") == model
         and meta.get("cpus") == cpus
         and not meta.get("workload", {}).get("enforce_eager", False)
+        and not meta.get("serve_env")  # the plan as planned, not an experiment on it
     )
 
 

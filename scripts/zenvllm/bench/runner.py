@@ -369,6 +369,7 @@ def _measure_into(
             "load_after": [round(x, 2) for x in os.getloadavg()],
             "wall_s": round(time.time() - started, 1),
             "notes": settings.notes,
+            "serve_env": settings.serve_env,  # --serve-env: over the plan's env
             "failures": failures,
             "weight_bytes": settings.weight_bytes,
             **(settings.bandwidth.meta() if settings.bandwidth else NO_BANDWIDTH),
