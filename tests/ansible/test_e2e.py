@@ -27,6 +27,8 @@ from support.ansible_run import ANSIBLE_DIR, BIN, changed_tasks, planner_zipapp,
 from support.ansible_run import env as ansible_env
 from support.tiny_model import ensure_tiny_model
 
+from zenvllm.runtime.health import healthy
+
 pytestmark = pytest.mark.ansible
 
 IMAGE = "zenvllm/vllm-openai:0.32.0"
@@ -430,16 +432,9 @@ def stamp(text: str) -> datetime:
 
 def wait_health(port: int, timeout_s: float = 600) -> None:
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=2) as conn:
-                conn.sendall(b"GET /health HTTP/1.0\r\n\r\n")
-                if b" 200 " in conn.recv(64):
-                    return
-        except OSError:
-            pass
+    while not healthy(port):
+        assert time.monotonic() < deadline, f"port {port}: no /health within {timeout_s} s"
         time.sleep(0.5)
-    raise AssertionError(f"port {port}: no /health within {timeout_s} s")
 
 
 def test_a_restarted_instance_comes_back_warm_and_faster_than_cold(deployment):

@@ -21,7 +21,7 @@ from zenvllm.bench import layouts
 from zenvllm.bench.layouts import Configuration
 from zenvllm.core import gate
 from zenvllm.image.engine import DOCKER
-from zenvllm.runtime.health import healthy
+from zenvllm.runtime import launcher
 
 PROFILE_MOUNT = "/profile"
 # Idle until /start_profile; no Python stacks (smaller traces), the API server left out.
@@ -131,21 +131,22 @@ def read_back(container: str, url: str, model: str, target: str, host_dir: Path)
 
 # -- how a server started: its compile cache, and a restart ---------------------------
 def cache_state(dirs: tuple[str, ...]) -> str:
-    """ "warm" when the compile cache a server mounts holds Inductor's artifacts already,
-    "cold" when it is empty, "none" when the bench keeps no cache."""
+    """ "warm" when the compile cache a server mounts holds Inductor's artifacts already
+    (the launcher's own count), "cold" when it is empty, "none" when the bench keeps no
+    cache. Asked before the servers start: they begin filling it at once."""
     if not dirs:
         return "none"
-    return "warm" if any(any(Path(d, "inductor").rglob("*.so")) for d in dirs) else "cold"
+    return "warm" if any(launcher.artifacts(Path(d))[0] for d in dirs) else "cold"
 
 
-def restart(name: str, port: int, timeout_s: float) -> float:
+Wait = Callable[[list[tuple[str, int]]], float]  # the bench's wait for /health
+
+
+def restart(name: str, port: int, wait: Wait) -> float:
     """`docker restart` of a ready server; seconds until /health answers again."""
     start = time.monotonic()
     DOCKER.run("restart", name, check=True, timeout=300)
-    while not healthy(port):
-        if time.monotonic() - start > timeout_s:
-            raise RuntimeError(f"{name}: no /health within {timeout_s:.0f} s of a restart")
-        time.sleep(0.5)
+    wait([(name, port)])
     return time.monotonic() - start
 
 
@@ -163,7 +164,7 @@ def facts(
     raw: Path,
     started: dict,
     restart_once: bool,
-    timeout_s: float,
+    wait: Wait,
     say: Callable[[str], None],
 ) -> dict:
     """What the first server of a vLLM configuration ran (its platform; for the
@@ -180,7 +181,7 @@ def facts(
     say(describe(config.name, config.target, found))
     record = {"backend": found, "start": started}
     if restart_once and config.name == layouts.PLANNER:
-        took = restart(first.name, first.port, timeout_s)
+        took = restart(first.name, first.port, wait)
         cache = "none" if started["compile_cache"] == "none" else "warm"  # it just compiled
         record["restart"] = {"ready_s": round(took, 1), "compile_cache": cache}
         say(f"{config.name}: restarted, ready again in {took:.0f} s")

@@ -49,13 +49,13 @@ def comparable(doc: dict, model: str, cpus: int) -> bool:
 def floor(recorded: list[dict], model: str, cpus: int) -> tuple[float, str] | None:
     """The lowest ratio any recorded repeat reached, less the spread of all of them
     (highest minus lowest, across runs and machines); None when nothing compares."""
-    pooled = [r for doc in recorded if comparable(doc, model, cpus) for r in repeat_ratios(doc)]
+    runs = [r for r in (repeat_ratios(d) for d in recorded if comparable(d, model, cpus)) if r]
+    pooled = [ratio for run in runs for ratio in run]
     if not pooled:
         return None
-    runs = sum(1 for doc in recorded if comparable(doc, model, cpus) and repeat_ratios(doc))
     spread = max(pooled) - min(pooled)
     basis = (
-        f"{len(pooled)} recorded repeats of {model} on {cpus} CPUs in {runs} run(s) "
+        f"{len(pooled)} recorded repeats of {model} on {cpus} CPUs in {len(runs)} run(s) "
         f"({min(pooled):.3f}x-{max(pooled):.3f}x)"
     )
     return round(min(pooled) - spread, 3), basis

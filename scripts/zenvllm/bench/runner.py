@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 from zenvllm.bench import (
@@ -182,9 +183,8 @@ def measure(
         except (RuntimeError, ValueError) as err:
             say(f"{tag}: batch 1 FAILED: {err}")
             one = f"batch 1: {err}"
-        facts[config.name] = backend.facts(
-            config, raw, started, settings.restart, settings.start_timeout_s, say
-        )
+        wait = partial(wait_ready, timeout_s=settings.start_timeout_s)
+        facts[config.name] = backend.facts(config, raw, started, settings.restart, wait, say)
         return runs, one
     finally:
         stop(config.name, config.servers, raw)
@@ -235,7 +235,7 @@ def start_servers(
                 "listens there or pass --base-port"
             )
     say(f"{tag}: starting {config.shape} ({image})")
-    dirs: tuple[str, ...] = ()
+    specs = []
     for s in config.servers:
         container = launch.container_settings(
             image,
@@ -267,9 +267,10 @@ def start_servers(
             made = Path(path)
             made.mkdir(parents=True, exist_ok=True)
             os.chown(made, *CONTAINER_USER)
-        dirs += spec.dirs
+        specs.append(spec)
+    cache = backend.cache_state(tuple(d for spec in specs for d in spec.dirs))
+    for spec in specs:
         DOCKER.run(*spec.argv, check=True)
-    cache = backend.cache_state(dirs)
     took = wait_ready([(s.name, s.port) for s in config.servers], settings.start_timeout_s)
     say(f"{tag}: ready in {took:.0f} s (compile cache: {cache})")
     return {"ready_s": round(took, 1), "compile_cache": cache}
