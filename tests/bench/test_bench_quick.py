@@ -24,7 +24,7 @@ from conftest import REPO, require, require_tool
 from support.engine import ZENVLLM, build, docker, engine_env, engine_ready
 from support.tiny_model import ensure_tiny_model
 
-from zenvllm.bench import check, gateway, launch, layouts
+from zenvllm.bench import check, gateway, launch, layouts, workloads
 
 pytestmark = pytest.mark.bench
 
@@ -107,7 +107,7 @@ def test_batch1_is_measured_for_each_configuration_with_servers(quick):
     result = json.loads((out / "results.json").read_text())
     w = result["meta"]["workload"]
     prompts = w["batch1_prompts"]
-    assert prompts == layouts.QUICK.batch1_prompts >= 1
+    assert prompts == workloads.QUICK.batch1_prompts >= 1
     served = [c["name"] for c in result["configurations"] if c["servers"]]
     runs = {r["config"]: r for r in result["batch1"]}
     assert sorted(runs) == sorted(served) and "gateway" not in runs
@@ -156,7 +156,7 @@ def test_every_configuration_ran_the_same_workload(quick):
     out, _, _ = quick
     result = json.loads((out / "results.json").read_text())
     w = result["meta"]["workload"]
-    assert w == asdict(layouts.QUICK)
+    assert w == asdict(workloads.QUICK)
     names = {c["name"] for c in result["configurations"]}
     folded = {n for c in result["configurations"] for n in c["same_as"]}
     assert set(layouts.QUICK_CONFIGS) <= names | folded

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zenvllm.bench import check, document, launch, layouts, report, results, roofline
+from zenvllm.bench import check, document, launch, layouts, report, results, roofline, workloads
 from zenvllm.core.container import Settings, container_of
 from zenvllm.core.errors import UserError
 from zenvllm.core.host import MIB
@@ -54,7 +54,7 @@ def client(tokens=512, duration=1.0, end=100.0, completed=16, ttft=20.0, tpot=4.
     warm=st.integers(0, 20),
 )
 def test_shares_add_up_to_the_workload(prompts, conc, clients, warm):
-    w = replace(layouts.FULL, num_prompts=prompts, concurrency=conc, warmup_prompts=warm)
+    w = replace(workloads.FULL, num_prompts=prompts, concurrency=conc, warmup_prompts=warm)
     if clients > min(prompts, conc):
         with pytest.raises(UserError, match=f"{clients} instances need"):
             w.shares(clients)
@@ -73,24 +73,24 @@ def test_workload_check_names_the_limit():
     with pytest.raises(
         UserError, match=r"--input-len 400 \+ --output-len 128 exceeds --max-model-len 512"
     ):
-        replace(layouts.FULL, input_len=400).check(512)
+        replace(workloads.FULL, input_len=400).check(512)
     with pytest.raises(UserError, match="--repeats 0"):
-        replace(layouts.FULL, repeats=0).check(512)
-    layouts.FULL.check(512)
-    layouts.QUICK.check(512)
+        replace(workloads.FULL, repeats=0).check(512)
+    workloads.FULL.check(512)
+    workloads.QUICK.check(512)
 
 
 def test_full_workload_is_amds_shape_scaled():
     # AMD: 128 in / 128 out, 1024 prompts at batch 128, i.e. 8 waves.
-    w = layouts.FULL
+    w = workloads.FULL
     assert (w.input_len, w.output_len) == (128, 128)
     assert w.num_prompts // w.concurrency == 1024 // 128
     assert w.repeats >= 3 and w.warmup_prompts > 0
-    assert layouts.QUICK.repeats == 1 and layouts.QUICK.num_prompts < w.num_prompts
+    assert workloads.QUICK.repeats == 1 and workloads.QUICK.num_prompts < w.num_prompts
 
 
 def test_client_args_ask_vllm_for_exactly_the_workload():
-    share = replace(layouts.FULL, num_prompts=32, concurrency=4, seed=7)
+    share = replace(workloads.FULL, num_prompts=32, concurrency=4, seed=7)
     args = launch.client_args("http://127.0.0.1:8402", "/model", share, "/results", "a.json")
     opts = dict(zip(args[2::2], args[3::2], strict=False))
     assert args[:2] == ["bench", "serve"]
@@ -334,7 +334,7 @@ def result_doc(configs, runs):
         "cpus": 2,
         "workload": {
             **asdict(
-                replace(layouts.FULL, repeats=3, num_prompts=1, output_len=1, batch1_prompts=0)
+                replace(workloads.FULL, repeats=3, num_prompts=1, output_len=1, batch1_prompts=0)
             )
         },
         "load_before": [0.1, 0.1, 0.1],

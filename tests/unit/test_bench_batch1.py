@@ -21,6 +21,7 @@ from zenvllm.bench import (
     report,
     results,
     roofline,
+    workloads,
 )
 from zenvllm.core.calibration import Calibration, NodeFigure
 from zenvllm.core.errors import UserError
@@ -33,7 +34,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hosts"
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "bench"
 TINY = Model(name="tiny-llama", weight_bytes=2 * MIB, kv_bytes_per_token=1024, max_model_len=512)
 HOST = read_host(FIXTURES / "test-machine-zen4-2cpu")  # one node, two cores, no SMT
-WORKLOAD = replace(layouts.FULL, num_prompts=4, concurrency=4, repeats=2, output_len=8)
+WORKLOAD = replace(workloads.FULL, num_prompts=4, concurrency=4, repeats=2, output_len=8)
 # 1 GB per decode step; every core busy 10 GB/s each, one core alone 12, a 2-core node.
 META = {
     "model": "m",
@@ -114,7 +115,7 @@ def test_batch1_is_one_request_at_a_time_with_its_own_prompts():
     assert (b.input_len, b.output_len) == (WORKLOAD.input_len, WORKLOAD.output_len)
     seeds = {WORKLOAD.repeat(n).seed + i for n in range(WORKLOAD.repeats + 1) for i in range(4)}
     assert b.seed not in seeds  # never a warm-up's or a repeat's prompts
-    assert layouts.FULL.batch1_prompts == layouts.QUICK.batch1_prompts == 3
+    assert workloads.FULL.batch1_prompts == workloads.QUICK.batch1_prompts == 3
     with pytest.raises(UserError, match="--batch1-prompts -1"):
         replace(WORKLOAD, batch1_prompts=-1).check(512)
 
@@ -125,7 +126,7 @@ def test_the_option_sets_the_prompts_and_zero_turns_batch1_off():
     args = parser.parse_args(["bench", "--model", "/m", "--quick", "--batch1-prompts", "0"])
     assert commands_bench.workload_from(args).batch1_prompts == 0
     args = parser.parse_args(["bench", "--model", "/m"])
-    assert commands_bench.workload_from(args).batch1_prompts == layouts.FULL.batch1_prompts
+    assert commands_bench.workload_from(args).batch1_prompts == workloads.FULL.batch1_prompts
     with pytest.raises(SystemExit):
         parser.parse_args(["bench", "--model", "/m", "--batch1-prompts", "-2"])
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from zenvllm.bench import check, document, launch, layouts, report, results
+from zenvllm.bench import check, document, launch, layouts, report, results, workloads
 from zenvllm.core.errors import ConfigError, UserError
 from zenvllm.core.host import MIB
 from zenvllm.core.model import Model
@@ -78,15 +78,17 @@ def test_llamacpp_launch_serves_the_gguf_with_a_slot_per_request_in_flight():
 
 
 def test_each_repeat_and_the_warm_up_draw_their_own_prompts():
-    shares = layouts.FULL.shares(3)
+    shares = workloads.FULL.shares(3)
     seeds = [s.repeat(r).seed for r in range(4) for s in shares]  # warm-up and 3 repeats
     assert len(set(seeds)) == len(seeds) == 12
     # The same for every configuration: repeat r asks each of them the same prompts.
-    assert [s.repeat(2).seed for s in layouts.FULL.shares(3)] == [s.repeat(2).seed for s in shares]
+    assert [s.repeat(2).seed for s in workloads.FULL.shares(3)] == [
+        s.repeat(2).seed for s in shares
+    ]
 
 
 def test_llama_server_clients_keep_per_request_latencies_on_fresh_connections():
-    share = layouts.QUICK
+    share = workloads.QUICK
     plain = launch.client_args("u", "m", share, "/r", "f.json")
     assert "--save-detailed" not in plain and "--header" not in plain
     args = launch.client_args("u", "m", share, "/r", "f.json", llamacpp=True)
@@ -182,7 +184,7 @@ def test_the_peers_table_is_written_and_checked(tmp_path):
             0.1,
         )
         runs.append(replace(run, median_tpot_ms=tpot))
-    workload = replace(layouts.FULL, repeats=1, num_prompts=1, output_len=1, batch1_prompts=0)
+    workload = replace(workloads.FULL, repeats=1, num_prompts=1, output_len=1, batch1_prompts=0)
     meta = {
         "model": "tiny",
         "host": "h",

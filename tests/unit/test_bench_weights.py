@@ -12,7 +12,16 @@ import pytest
 from support.quant_model import ensure_quant_model
 from support.tiny_model import ensure_tiny_model
 
-from zenvllm.bench import check, commands_bench, document, launch, layouts, report, results
+from zenvllm.bench import (
+    check,
+    commands_bench,
+    document,
+    launch,
+    layouts,
+    report,
+    results,
+    workloads,
+)
 from zenvllm.core.errors import UserError
 from zenvllm.core.model import read_model
 from zenvllm.core.topology import read_host
@@ -135,7 +144,7 @@ def test_the_weights_table_is_written_and_checked(tmp_path):
         "notes": [],
         "failures": [],
         "workload": replace(
-            layouts.FULL, repeats=1, num_prompts=1, output_len=1, batch1_prompts=0
+            workloads.FULL, repeats=1, num_prompts=1, output_len=1, batch1_prompts=0
         ).__dict__,
     }
     doc = document.result_document(meta, configs, {}, runs)

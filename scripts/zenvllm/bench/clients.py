@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zenvllm.bench import launch, results
-from zenvllm.bench.layouts import Workload
+from zenvllm.bench.workloads import Workload
 from zenvllm.core import gate
 from zenvllm.core.errors import UserError
 from zenvllm.image.engine import DOCKER

@@ -8,7 +8,7 @@ import re
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from zenvllm.bench import bandwidth, document, gateway, layouts, metrics, runner
+from zenvllm.bench import bandwidth, document, gateway, layouts, metrics, runner, workloads
 from zenvllm.bench.gateway import Deployment
 from zenvllm.core import arguments, gate
 from zenvllm.core.arguments import real, whole
@@ -48,8 +48,8 @@ def has_compiler(image: str) -> bool:
     )
 
 
-def workload_from(args: argparse.Namespace) -> layouts.Workload:
-    base = layouts.QUICK if args.quick else layouts.FULL
+def workload_from(args: argparse.Namespace) -> workloads.Workload:
+    base = workloads.QUICK if args.quick else workloads.FULL
     overrides = {
         k: getattr(args, k)
         for k in (
@@ -232,8 +232,8 @@ def convert_for_peers(configs: list[layouts.Configuration], model_dir: Path) -> 
 
 
 def eager_if_needed(
-    args: argparse.Namespace, workload: layouts.Workload, image: str, notes: list[str]
-) -> layouts.Workload:
+    args: argparse.Namespace, workload: workloads.Workload, image: str, notes: list[str]
+) -> workloads.Workload:
     """Without a C++ compiler torch.compile fails, so every configuration (stock too, to
     keep the comparison fair) runs eager; --compile keeps compiled mode regardless."""
     if args.dry_run and not (workload.enforce_eager or args.compile):
@@ -258,7 +258,7 @@ def choose_gateway(
     notes: list[str],
     model_dir: Path,
     image: str,
-    workload: layouts.Workload,
+    workload: workloads.Workload,
     max_len: int,
 ) -> tuple[str | None, Deployment | None, list[layouts.Configuration]]:
     """(gateway URL, deployment, configurations): --gateway picks deploy.yml's own
@@ -292,7 +292,7 @@ def describe_host(host: Host) -> str:
 def print_plan(
     configs: list[layouts.Configuration],
     images: dict[str, str],
-    workload: layouts.Workload,
+    workload: workloads.Workload,
     notes: list[str],
 ) -> int:
     """--dry-run: what would run, as JSON, so it can be checked before hours of measuring."""
@@ -339,7 +339,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--batch1-prompts",
         type=whole(0, 1000),
         help="after the repeats, requests one at a time to each configuration's first "
-        f"instance (default {layouts.FULL.batch1_prompts}; 0: no batch-1 figures)",
+        f"instance (default {workloads.FULL.batch1_prompts}; 0: no batch-1 figures)",
     )
     parser.add_argument(
         "--compile",

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from zenvllm.bench import backend
-from zenvllm.bench.layouts import MODEL_MOUNT, Server, Workload
+from zenvllm.bench.layouts import MODEL_MOUNT, Server
+from zenvllm.bench.workloads import Workload
 from zenvllm.core import compile_cache
 from zenvllm.core.container import Container, Settings, container_of
 from zenvllm.image import data

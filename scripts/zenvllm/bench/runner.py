@@ -32,9 +32,10 @@ from zenvllm.bench import (
     results,
 )
 from zenvllm.bench.gateway import Deployment
-from zenvllm.bench.layouts import Configuration, Workload
+from zenvllm.bench.layouts import Configuration
 from zenvllm.bench.results import Run
 from zenvllm.bench.roofline import Bandwidth
+from zenvllm.bench.workloads import Workload
 from zenvllm.core.errors import UserError
 from zenvllm.image import outputs
 from zenvllm.image.engine import DOCKER
