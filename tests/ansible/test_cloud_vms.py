@@ -361,7 +361,7 @@ def delivery(vms):
     (model / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64}))
     (model / "tokenizer.json").write_text(json.dumps({"version": "1.0", "model": {}}))
     (model / "model.safetensors").write_bytes(random.Random(7).randbytes(SHARD))
-    # The manifest as README's step 4 makes it, run as written.
+    # The manifest as docs/how-to/openstack.md's step 4 makes it, run as written.
     (work / "Qwen2.5-1.5B-Instruct").symlink_to(model)
     made = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", block("model-manifest")],

@@ -72,7 +72,7 @@ def unwrap(value):
 @pytest.fixture(scope="module")
 def inventory(tmp_path_factory) -> tuple[dict, Cloud, Path]:
     where = tmp_path_factory.mktemp("openstack")
-    # As README says: a copy named so the plugin accepts it.
+    # As docs/how-to/openstack.md says: a copy named so the plugin accepts it.
     source = where / "zenvllm.openstack.yml"
     shutil.copy(EXAMPLE, source)
     proc, cloud = against_cloud(
@@ -122,7 +122,8 @@ def test_inventory_addresses_and_groups(inventory):
 
 
 def test_readme_inventory_commands(tmp_path):
-    """README's inventory step, run as written in a copy of ansible/inventories."""
+    """The inventory step of docs/how-to/openstack.md, run as written in a copy of
+    ansible/inventories."""
     (tmp_path / "inventories").mkdir()
     shutil.copy(EXAMPLE, tmp_path / "inventories")
     proc, _ = against_cloud(
@@ -154,8 +155,9 @@ def test_deploy_plays_target_the_inventory_groups(inventory, tmp_path):
 
 
 def test_flavor_planned_before_boot(tmp_path):
-    """README's plan-before-boot commands: `openstack flavor show` (python-openstackclient)
-    against the cloud, then `zenvllm plan --flavor` from its vCPUs and RAM (MiB)."""
+    """The plan-before-boot commands of docs/how-to/openstack.md: `openstack flavor show`
+    (python-openstackclient) against the cloud, then `zenvllm plan --flavor` from its vCPUs
+    and RAM (MiB)."""
     proc, cloud = against_cloud(
         ["bash", "-euo", "pipefail", "-c", block("openstack-flavor-plan")], tmp_path
     )

@@ -1,4 +1,4 @@
-"""The bad-input catalogue (README, "Reliability and bad input"): one test per row.
+"""The bad-input catalogue (docs/reference/bad-input.md): one test per row.
 
 Each row asserts what an operator needs from a refusal: a message naming the
 value, the limit and the fix; a non-zero exit; and nothing half-done left
