@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,6 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
 
 from zenvllm.image import baseimage, build, render  # noqa: E402
+from zenvllm.image.engine import Cli  # noqa: E402
 
 NAIVE = """\
 # The blog's recipe, in one stage: build tools and media libraries stay in the image.
@@ -55,11 +55,8 @@ def naive_context(dest: Path, base: str, wheelhouse: Path | None, certs: Path | 
 
 
 def size_bytes(engine: build.Engine, tag: str) -> int:
-    done = subprocess.run(
-        [engine.binary, "image", "inspect", "--format", "{{.Size}}", tag],
-        capture_output=True,
-        text=True,
-        check=True,
+    done = Cli(engine.binary).run(
+        "image", "inspect", "--format", "{{.Size}}", tag, timeout=None, check=True
     )
     return int(done.stdout.strip())
 
@@ -75,7 +72,7 @@ def measure(engine, name: str, ctx: Path, base: str, logs: Path) -> dict:
     cold = timed_build(engine, ctx, tag, base, logs / f"{name}-cold.log", cold=True)
     warm = timed_build(engine, ctx, tag, base, logs / f"{name}-warm.log", cold=False)
     size = size_bytes(engine, tag)
-    subprocess.run([engine.binary, "rmi", tag], capture_output=True, check=False)
+    Cli(engine.binary).run("rmi", tag, timeout=None)
     return {"image": name, "size_mb": round(size / 1e6), "cold_s": cold, "warm_s": warm}
 
 

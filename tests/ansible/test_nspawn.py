@@ -495,12 +495,8 @@ def test_the_collection_deploys_from_the_operators_own_playbook(hosts, tmp_path)
         pusher = tmp_path / "docker-config"
         reg.login(pusher)
         engine.docker("tag", STANDIN, image)
-        pushed = subprocess.run(
-            ["docker", "push", "--quiet", image],
-            env=registry.client_env(pusher),
-            capture_output=True,
-            text=True,
-            timeout=600,
+        pushed = engine.docker(
+            "push", "--quiet", image, check=False, timeout=600, env=registry.client_env(pusher)
         )
         engine.docker("rmi", image)
         assert pushed.returncode == 0, pushed.stderr

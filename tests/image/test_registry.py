@@ -81,14 +81,7 @@ def build_push(ref: str, config: Path, log: Path) -> subprocess.CompletedProcess
 
 
 def client(config: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["docker", *args],
-        env=registry.client_env(config),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return engine.docker(*args, check=False, timeout=timeout, env=registry.client_env(config))
 
 
 def test_the_registry_demands_tls_with_its_ca_and_credentials(reg):

@@ -20,6 +20,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from support import engine
 from support.ansible_run import planner_zipapp
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,8 +35,9 @@ SECRETS = REPO / ".cache" / "secrets"
 
 
 def docker(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """support.engine's, on this fleet's engine and without a time limit."""
     env = {**os.environ, "DOCKER_HOST": DOCKER_HOST}
-    return subprocess.run(["docker", *args], capture_output=True, text=True, check=check, env=env)
+    return engine.docker(*args, check=check, timeout=None, env=env)
 
 
 def ansible_env(root: Path) -> dict[str, str]:

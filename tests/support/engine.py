@@ -19,6 +19,9 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from zenvllm.core.errors import UserError
+from zenvllm.image.engine import Cli
+
 REPO = Path(__file__).resolve().parent.parent.parent
 ZENVLLM = [sys.executable, "-m", "zenvllm"]
 WHEELHOUSE = os.environ.get("ZENVLLM_WHEELHOUSE", "/opt/wheels")
@@ -33,15 +36,15 @@ def engine_env() -> dict[str, str]:
     return env
 
 
-def docker(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["docker", *args],
-        env=engine_env(),
-        capture_output=True,
-        text=True,
-        check=check,
-        timeout=timeout,
-    )
+def docker(
+    *args: str, check: bool = True, timeout: float | None = 120, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """`docker ARGS` through the package's engine runner, output captured as text, in
+    `env` (default: engine_env() at the call); `check` raises CalledProcessError."""
+    done = Cli("docker", env if env is not None else engine_env()).run(*args, timeout=timeout)
+    if check:
+        done.check_returncode()
+    return done
 
 
 def python_in(image: str, code: str) -> list[str]:
@@ -53,7 +56,7 @@ def python_in(image: str, code: str) -> list[str]:
 def engine_ready() -> bool:
     try:
         return docker("version", "--format", "{{.Server.Version}}", check=False).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
+    except (OSError, UserError, subprocess.TimeoutExpired):  # UserError: no docker binary
         return False
 
 
