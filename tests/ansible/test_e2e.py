@@ -27,6 +27,7 @@ from support.ansible_run import ANSIBLE_DIR, BIN, changed_tasks, planner_zipapp,
 from support.ansible_run import env as ansible_env
 from support.tiny_model import ensure_tiny_model
 
+from zenvllm.image import playbooks
 from zenvllm.runtime.health import healthy
 
 pytestmark = pytest.mark.ansible
@@ -378,7 +379,7 @@ def test_an_interrupted_deploy_leaves_whole_files_and_undeploy_removes_it(deploy
     }
     label = f"label=zenvllm.deployment={name}"
     proc = subprocess.Popen(
-        [str(BIN / "ansible-playbook"), "playbooks/deploy.yml", "-e", json.dumps(extra)],
+        playbooks.command("playbooks/deploy.yml", "-e", json.dumps(extra)),
         cwd=ANSIBLE_DIR,
         env=ansible_env(),
         stdout=subprocess.PIPE,

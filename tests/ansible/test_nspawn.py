@@ -33,7 +33,6 @@ from conftest import REPO, require, require_tool
 from support import engine, nspawn, registry
 from support.ansible_run import (
     ANSIBLE_DIR,
-    BIN,
     Run,
     changed_tasks,
     env,
@@ -44,6 +43,8 @@ from support.ansible_run import (
 )
 from support.gateway import SECRETS
 from support.tiny_model import ensure_tiny_model
+
+from zenvllm.image import playbooks
 
 pytestmark = pytest.mark.ansible
 
@@ -481,8 +482,9 @@ def test_the_collection_deploys_from_the_operators_own_playbook(hosts, tmp_path)
     )
 
     def operator(playbook_name: str, extra: dict) -> Run:
-        argv = [str(BIN / "ansible-playbook"), "-i", str(inventory), "--limit", FRESH]
-        argv += [playbook_name, "-e", json.dumps(extra)]
+        argv = playbooks.command(
+            playbook_name, "-i", str(inventory), "--limit", FRESH, "-e", json.dumps(extra)
+        )
         done = subprocess.run(
             argv, cwd=site, env=theirs, capture_output=True, text=True, timeout=1200
         )

@@ -20,6 +20,8 @@ from support.ansible_run import BIN, env
 from support.openstack_replay import Cloud, replay
 from support.readme import block
 
+from zenvllm.image import playbooks
+
 pytestmark = pytest.mark.ansible
 
 CASSETTE = REPO / "tests" / "fixtures" / "openstack" / "cloud.json"
@@ -139,7 +141,7 @@ def test_deploy_plays_target_the_inventory_groups(inventory, tmp_path):
     """deploy.yml's plays resolve to the servers the metadata put in each group."""
     _, _, source = inventory
     proc, _ = against_cloud(
-        [str(BIN / "ansible-playbook"), "-i", str(source), "playbooks/deploy.yml", "--list-hosts"],
+        playbooks.command("playbooks/deploy.yml", "-i", str(source), "--list-hosts"),
         tmp_path,
         cwd=REPO / "ansible",
     )

@@ -16,12 +16,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from support import engine
 from support.ansible_run import planner_zipapp
+
+from zenvllm.image import playbooks
 
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE = REPO / "ansible"
@@ -41,20 +42,16 @@ def docker(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 
 def ansible_env(root: Path) -> dict[str, str]:
-    cache = REPO / ".cache" / "ansible"
-    return {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(ANSIBLE / "ansible.cfg"),
-        "ANSIBLE_HOME": str(cache),
-        "ANSIBLE_LOCAL_TEMP": str(cache / "tmp"),
-        "ANSIBLE_REMOTE_TEMP": str(root / "ansible-remote-tmp"),
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_FORCE_COLOR": "0",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "DOCKER_HOST": DOCKER_HOST,
+    return playbooks.environment(
+        REPO / ".cache" / "ansible",
+        ANSIBLE,
+        ANSIBLE_REMOTE_TEMP=str(root / "ansible-remote-tmp"),
+        ANSIBLE_FORCE_COLOR="0",
+        PYTHONDONTWRITEBYTECODE="1",
+        DOCKER_HOST=DOCKER_HOST,
         # The gateway's generated keys and CA copy, never in the user's ~/.config.
-        "ZENVLLM_SECRETS_DIR": str(SECRETS),
-    }
+        ZENVLLM_SECRETS_DIR=str(SECRETS),
+    )
 
 
 @dataclass
@@ -138,13 +135,7 @@ class Fleet:
         fd = os.open(vars_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as out:
             json.dump(self.variables(**override), out)
-        argv = [
-            str(Path(sys.executable).parent / "ansible-playbook"),
-            "playbooks/deploy.yml",
-            "-e",
-            f"@{vars_file}",
-            *args,
-        ]
+        argv = playbooks.command("playbooks/deploy.yml", "-e", f"@{vars_file}", *args)
         return subprocess.run(
             argv,
             cwd=ANSIBLE,

@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from zenvllm.image import shipped
+from zenvllm.image import playbooks, shipped
 
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE_DIR = REPO / "ansible"
@@ -71,27 +71,21 @@ class Run:
 def env() -> dict[str, str]:
     home = REPO / ".cache" / "ansible"
     home.mkdir(parents=True, exist_ok=True)
-    return {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(ANSIBLE_DIR / "ansible.cfg"),
-        "ANSIBLE_HOME": str(home),
-        "ANSIBLE_LOCAL_TEMP": str(home / "tmp"),
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_FORCE_COLOR": "0",
-        "PYTHONDONTWRITEBYTECODE": "1",
+    return playbooks.environment(
+        home,
+        ANSIBLE_DIR,
+        ANSIBLE_FORCE_COLOR="0",
+        PYTHONDONTWRITEBYTECODE="1",
         # The gateway's generated keys and CA copies, never in the user's ~/.config.
-        "ZENVLLM_SECRETS_DIR": str(REPO / ".cache" / "secrets"),
-        "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
-    }
+        ZENVLLM_SECRETS_DIR=str(REPO / ".cache" / "secrets"),
+        PATH=f"{BIN}:{os.environ.get('PATH', '')}",
+    )
 
 
 def playbook_argv(*args: str, extra_vars: dict | None, playbook_file: str, cpus: str) -> list[str]:
-    argv = [str(BIN / "ansible-playbook"), playbook_file, *args]
-    if cpus:
-        argv = ["taskset", "--cpu-list", cpus, *argv]
-    if extra_vars:
-        argv += ["-e", json.dumps(extra_vars)]
-    return argv
+    """The package's command line (zenvllm.image.playbooks), extra vars last as JSON."""
+    extra = ["-e", json.dumps(extra_vars)] if extra_vars else []
+    return playbooks.command(playbook_file, *args, *extra, cpus=cpus)
 
 
 def playbook(

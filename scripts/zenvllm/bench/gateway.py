@@ -17,13 +17,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from zenvllm.core import gate
 from zenvllm.core.errors import UserError
-from zenvllm.image import data, outputs, shipped
+from zenvllm.image import data, outputs, playbooks, shipped
 from zenvllm.image.engine import DOCKER
 
 ANSIBLE_DIR = data.ANSIBLE
@@ -31,6 +30,10 @@ DEPLOYMENT_PREFIX = "zenvllm-bench-gw"
 PORTS = (90, 99)  # above --base-port: nginx, and its instances up to the last
 # The gateway role's site starts with this header (templates/zenvllm.conf.j2).
 SITE_HEADER = "# zenvllm gateway: "
+NO_ANSIBLE = (
+    "the gateway configuration runs zenvllm's deploy playbook and needs ansible-playbook; "
+    f"{playbooks.INSTALL} or pass --gateway URL"
+)
 
 
 @dataclass(frozen=True)
@@ -88,18 +91,6 @@ class Deployment:
         }
 
 
-def playbook_command() -> str:
-    exe = Path(sys.executable).parent / "ansible-playbook"
-    found = str(exe) if exe.exists() else shutil.which("ansible-playbook")
-    if not found:
-        raise UserError(
-            "the gateway configuration runs zenvllm's deploy playbook and needs "
-            "ansible-playbook; install the deploy extra (pip install 'zenvllm[deploy]') or "
-            "pass --gateway URL"
-        )
-    return found
-
-
 def site_is_ours(site: Path) -> bool:
     if site.is_symlink():
         return False
@@ -131,15 +122,8 @@ def deploy(d: Deployment, log: Path, timeout_s: float = 1800) -> None:
     with os.fdopen(fd, "w") as out:
         json.dump(d.variables(), out)
     cache = d.work / "ansible"
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(ANSIBLE_DIR / "ansible.cfg"),
-        "ANSIBLE_HOME": str(cache),
-        "ANSIBLE_LOCAL_TEMP": str(cache / "tmp"),
-        "ANSIBLE_REMOTE_TEMP": str(cache / "remote"),
-        "ANSIBLE_NOCOLOR": "1",
-    }
-    argv = [playbook_command(), "playbooks/deploy.yml", "-e", f"@{vars_file}"]
+    env = playbooks.environment(cache, ANSIBLE_DIR, ANSIBLE_REMOTE_TEMP=str(cache / "remote"))
+    argv = playbooks.command("playbooks/deploy.yml", "-e", f"@{vars_file}", missing=NO_ANSIBLE)
     with log.open("w") as out:
         try:
             done = subprocess.run(
