@@ -430,7 +430,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "bench"
 
 @pytest.mark.skipif(not (DOCS / "results.json").exists(), reason="no recorded full run")
 def test_the_recorded_full_run_is_complete_and_consistent():
-    """The full `make bench` run whose table and plots the README shows."""
+    """The full `make bench` run whose table and plots docs/benchmarks.md shows."""
     assert check.check_outputs(DOCS, ["stock", "single", "auto"]) == []
     result = json.loads((DOCS / "results.json").read_text())
     assert result["meta"]["workload"]["repeats"] >= 3
@@ -441,7 +441,7 @@ def test_the_recorded_full_run_is_complete_and_consistent():
 def test_the_recorded_real_shape_runs_have_every_peer_and_the_planner_near_the_best(
     shape, weight_gb
 ):
-    """`make bench`'s 0.5 B and 1.5 B runs whose figures the README quotes (issue 14)."""
+    """`make bench`'s 0.5 B and 1.5 B runs whose figures docs/benchmarks.md quotes (issue 14)."""
     out = DOCS / shape
     peers = ["stock", "auto", "vllm-dp", "llamacpp", "llamacpp-q8"]
     assert check.check_outputs(out, peers) == []
