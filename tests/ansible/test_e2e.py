@@ -431,13 +431,6 @@ def stamp(text: str) -> datetime:
     return datetime.fromisoformat(text.split()[0][:26].rstrip("Z"))
 
 
-def wait_health(port: int, timeout_s: float = 600) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not healthy(port):
-        assert time.monotonic() < deadline, f"port {port}: no /health within {timeout_s} s"
-        time.sleep(0.5)
-
-
 def test_a_restarted_instance_comes_back_warm_and_faster_than_cold(deployment):
     """vLLM's default compiled mode, rolled out: each instance compiles once into its
     own cache directory (a new key: the serve arguments changed), then a restart of
@@ -453,7 +446,7 @@ def test_a_restarted_instance_comes_back_warm_and_faster_than_cold(deployment):
         keys = list((base / "compile" / name).iterdir())
         assert len(keys) == 1 and any(keys[0].joinpath("inductor").rglob("*.so")), keys
     engine.docker("restart", NAMES[0])
-    wait_health(PORTS[0])
+    engine.wait_for(lambda: healthy(PORTS[0]), 600, f"/health of port {PORTS[0]}", every=0.5)
     warm, warm_log = start_log(NAMES[0])
     assert "compile cache: warm" in warm_log, warm_log[-3000:]
     print(f"\ntime to ready, 2 cores: cold {cold:.1f} s, warm {warm:.1f} s")

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, require, require_tool
 from fleet import API_KEY, HF_TOKEN, IMAGE, NGINX_DEFAULT_SITE, Fleet, docker
+from support.engine import wait_for
 from support.load import BackgroundLoad, LoadResult, run_load
 
 from zenvllm.runtime.health import healthy
@@ -46,14 +47,6 @@ def stopped(port: int) -> bool:
         return not isinstance(reason, TimeoutError)
     except OSError:
         return True
-
-
-def wait_healthy(port: int, timeout: float = 600) -> float:
-    start = time.monotonic()
-    while not healthy(port):
-        assert time.monotonic() - start < timeout, f"port {port} not healthy in {timeout} s"
-        time.sleep(1)
-    return time.monotonic() - start
 
 
 def inspect(name: str) -> dict:
@@ -262,7 +255,9 @@ def test_instance_crash_under_load_fails_no_request(deployed):
     assert result.failed == 0, result.summary()
     assert result.ok == result.sent == 200
 
-    back = wait_healthy(port)
+    start = time.monotonic()
+    wait_for(lambda: healthy(port), 600, f"/health of port {port}", every=1)
+    back = time.monotonic() - start
     after = inspect(victim)
     assert after["RestartCount"] == before["RestartCount"] + 1
     assert after["State"]["Pid"] != pid

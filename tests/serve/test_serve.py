@@ -23,7 +23,7 @@ from support import cpu, engine
 from support.cpu import has_amx
 from support.tiny_model import ensure_tiny_model
 
-from zenvllm.bench import backend
+from zenvllm.bench import backend, http_client
 from zenvllm.core.accelerators import pace_state
 from zenvllm.core.targets import TARGETS, missing_isa
 from zenvllm.image import render
@@ -160,11 +160,11 @@ def pace_expected() -> tuple[bool, list[str]]:
 def profiled_calls(name: str, port: int, profiles: Path) -> dict[str, int]:
     """Calls per operator in one completion under vLLM's torch profiler (its table)."""
     url = f"http://127.0.0.1:{port}"
-    backend.post(f"{url}/start_profile")
+    http_client.post(f"{url}/start_profile")
     try:
         assert complete(name, port)["usage"]["completion_tokens"] == MAX_TOKENS
     finally:
-        backend.post(f"{url}/stop_profile")
+        http_client.post(f"{url}/stop_profile")
     (table,) = profiles.glob("*profiler_out*.txt")
     return {r["op"]: r["calls"] for r in backend.parse_table(table.read_text())}
 

@@ -13,11 +13,10 @@ from __future__ import annotations
 import json
 import re
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from zenvllm.bench import layouts
+from zenvllm.bench import http_client, layouts
 from zenvllm.bench.layouts import Configuration
 from zenvllm.core import gate
 from zenvllm.image.engine import DOCKER
@@ -104,22 +103,14 @@ def platform_of(container: str) -> str:
     return words[-1] if done.returncode == 0 and words else f"unknown ({done.stderr[-200:]!r})"
 
 
-def post(url: str, body: dict | None = None, timeout: float = 300) -> bytes:
-    data = json.dumps(body).encode() if body is not None else b""
-    request = urllib.request.Request(url, data=data, method="POST")
-    request.add_header("Content-Type", "application/json")
-    with urllib.request.urlopen(request, timeout=timeout) as answer:
-        return answer.read(1 << 20)
-
-
 def profile(url: str, model: str, host_dir: Path) -> list[dict]:
     """One short request under vLLM's profiler; the table its worker wrote."""
-    post(f"{url}/start_profile")
+    http_client.post(f"{url}/start_profile")
     try:
         body = {"model": model, "prompt": "Hello", "max_tokens": 16, "ignore_eos": True}
-        post(f"{url}/v1/completions", body)
+        http_client.post(f"{url}/v1/completions", body)
     finally:
-        post(f"{url}/stop_profile")
+        http_client.post(f"{url}/stop_profile")
     tables = sorted(host_dir.glob("*profiler_out*.txt"))
     fix = "the profiler's table is missing; see the server's log"
     return parse_table(gate.read_text(tables[0], gate.SMALL, fix) or "") if tables else []

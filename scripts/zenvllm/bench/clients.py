@@ -7,31 +7,23 @@ from __future__ import annotations
 
 import subprocess
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from zenvllm.bench import launch, results
+from zenvllm.bench import http_client, launch, results
 from zenvllm.bench.workloads import Workload
 from zenvllm.core import gate
 from zenvllm.core.errors import UserError
 from zenvllm.image.engine import DOCKER
 
 
-def get_json(url: str, timeout: float = 5) -> object:
-    with urllib.request.urlopen(url, timeout=timeout) as reply:
-        text = gate.decode(reply.read(gate.DOCUMENT) or b"null", url, "is it a vLLM server?")
-    return gate.parse_json(text, url, "is it a vLLM server?")
-
-
 def tokens_predicted(url: str) -> int:
     """llama-server's own count of the tokens it generated (its Prometheus counter)."""
     try:
-        with urllib.request.urlopen(f"{url}/metrics", timeout=10) as reply:
-            lines = reply.read(gate.DOCUMENT).decode("utf-8", errors="replace").splitlines()
+        text = http_client.call(f"{url}/metrics", timeout=10).decode("utf-8", errors="replace")
     except OSError as err:  # the configuration fails, not the run
         raise RuntimeError(f"{url}/metrics: {err}") from None
-    for line in lines:
+    for line in text.splitlines():
         if line.startswith("llamacpp:tokens_predicted_total "):
             return int(float(line.split()[1]))
     raise RuntimeError(f"{url}/metrics has no llamacpp:tokens_predicted_total")
@@ -96,7 +88,7 @@ def run_clients(
 def served_model(url: str) -> str:
     """The model name an OpenAI-compatible endpoint serves (its first in /v1/models)."""
     try:
-        data = get_json(f"{url}/v1/models", timeout=10)
+        data = http_client.get_json(f"{url}/v1/models", timeout=10)
         return data["data"][0]["id"]  # type: ignore[index]
     except (OSError, ValueError, KeyError, IndexError, TypeError) as err:
         raise UserError(
