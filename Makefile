@@ -19,7 +19,7 @@ PYTEST  := mkdir -p $(CURDIR)/.cache && $(BIN)/pytest -p no:cacheprovider --base
 
 TIERS   := fast image serve ansible bench reliability
 
-.PHONY: help venv venv-deploy planner package collection lint unit test test-fast fuzz engine base-image tiny-model image deploy undeploy \
+.PHONY: help venv venv-deploy planner package collection reference lint unit test test-fast fuzz engine base-image tiny-model image deploy undeploy \
         model-given bench peer-image bench-images test-image test-serve test-ansible test-bench \
         test-reliability clean
 
@@ -28,6 +28,7 @@ help:
 	@echo "make undeploy           remove what deploy made (the model and the image stay)"
 	@echo "make test               every test tier, as CI runs it"
 	@echo "make test-fast          lint + pure-logic unit tests"
+	@echo "make reference          remake the generated references (role defaults, docs/reference)"
 	@echo "make fuzz               the bad-input fuzz campaign, longer (FUZZ_EXAMPLES=2000)"
 	@echo "make image [TARGET=..]  build an image (vllm-openai, zen, pace)"
 	@echo "make bench [MODEL=DIR]  benchmark stock vLLM, the planned layouts and the peers"
@@ -65,6 +66,12 @@ package: venv
 
 collection: venv-deploy planner
 	$(BIN)/ansible-galaxy collection build ansible --output-path dist --force
+
+# The files made from one source (core/request.py, the roles' argument specs, the CLI's
+# parser): role defaults and specs, the request template, docs/reference, role READMEs.
+# The unit tests fail while one is stale.
+reference: venv
+	$(BIN)/python -m zenvllm.reference
 
 lint: venv
 	$(BIN)/ruff check scripts tests ansible

@@ -167,9 +167,9 @@ def test_a_broken_calibration_file_is_refused_by_field(tmp_path, content, says):
         ('{"image": ["x"]}', 'image is ["x"], not a string'),
     ],
 )
-def test_deployment_json_fields_are_typed(settings, says):
-    done = zenvllm("plan", "--root", str(ZEN4), "--json", "--deployment-json", settings)
-    refused(done, f"--deployment-json: {says}")
+def test_request_fields_are_typed(settings, says):
+    done = zenvllm("plan", "--root", str(ZEN4), "--json", "--request", settings)
+    refused(done, f"--request: {says}")
 
 
 @pytest.mark.parametrize("secrets", ['"hf_secret_value"', '{"HF_TOKEN": 12345678}', "[" * 999])

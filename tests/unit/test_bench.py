@@ -14,10 +14,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from zenvllm.bench import check, document, launch, layouts, report, results, roofline, workloads
-from zenvllm.core.container import Settings, container_of
+from zenvllm.core.container import container_of
 from zenvllm.core.errors import UserError
 from zenvllm.core.host import MIB
 from zenvllm.core.model import Model
+from zenvllm.core.request import Request
 from zenvllm.core.topology import read_host
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -187,7 +188,7 @@ def test_zen_is_skipped_with_a_reason_where_the_cpu_cannot_run_it():
     assert any(n.startswith("zen-auto: skipped") and "avx512" in n for n in notes)
 
 
-def bench_settings(eager: bool = False) -> Settings:
+def bench_settings(eager: bool = False) -> Request:
     return launch.container_settings("img:1", Path("/m"), 512, eager, Path("/run/b"))
 
 

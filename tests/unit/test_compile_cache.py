@@ -8,17 +8,19 @@ import json
 
 import pytest
 
-from zenvllm.core import compile_cache
-from zenvllm.core.container import Settings, container_of
+from zenvllm.core import compile_cache, request
+from zenvllm.core.container import container_of, secrets_digest
 from zenvllm.core.errors import UserError
 from zenvllm.core.flavors import synthetic_host
 from zenvllm.core.model import model_of_size
 from zenvllm.core.plan import Policy, make_plan
+from zenvllm.core.request import Request
 from zenvllm.runtime import launcher
 
 ROOT = "/var/cache/zenvllm/compile"
-SETTINGS = Settings(
+SETTINGS = Request(
     deployment="site-a",
+    supervisor="systemd",
     image="zenvllm/zen:0.32.0",
     image_id="sha256:abc",
     model_dir="/srv/models/Qwen2.5-1.5B",
@@ -69,7 +71,7 @@ def test_a_new_api_key_keeps_the_cache(plan):
     """Secrets restart the instance (config hash) but compile nothing different."""
     instance = plan.instances[0]
     plain = container_of(instance, SETTINGS)
-    keyed = container_of(instance, SETTINGS.with_secrets({"VLLM_API_KEY": "k"}))
+    keyed = container_of(instance, SETTINGS, secrets_digest({"VLLM_API_KEY": "k"}))
     assert keyed.config_hash != plain.config_hash
     assert keyed.cache_dir == plain.cache_dir
 
@@ -82,7 +84,7 @@ def test_no_root_no_mount(plan):
 @pytest.mark.parametrize("bad", ["relative/dir", "/a:b", "/a,b"])
 def test_a_root_docker_cannot_mount_is_refused(bad):
     with pytest.raises(UserError, match="compile_cache_dir"):
-        Settings.from_json(json.dumps({"compile_cache_dir": bad}))
+        request.from_json(json.dumps({"compile_cache_dir": bad}))
 
 
 def test_the_env_turns_vllms_broken_cpu_aot_load_off_and_points_inductor_inside():

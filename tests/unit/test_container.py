@@ -1,4 +1,4 @@
-"""The container contract: one planned instance plus a deployment's settings give the
+"""The container contract: one planned instance plus a deployment's request give the
 complete `docker run`, and its hash moves with everything that shapes the container."""
 
 from __future__ import annotations
@@ -7,11 +7,13 @@ import dataclasses
 
 import pytest
 
-from zenvllm.core.container import Settings, container_of
+from zenvllm.core import request
+from zenvllm.core.container import container_of, secrets_digest
 from zenvllm.core.errors import UserError
 from zenvllm.core.flavors import synthetic_host
 from zenvllm.core.model import model_of_size
 from zenvllm.core.plan import Policy, make_plan
+from zenvllm.core.request import Request
 
 
 @pytest.fixture(scope="module")
@@ -20,8 +22,9 @@ def instance():
     return make_plan(host, model_of_size(4), Policy(name_prefix="site-a")).instances[0]
 
 
-SETTINGS = Settings(
+SETTINGS = Request(
     deployment="site-a",
+    supervisor="systemd",
     image="zenvllm/zen:0.32.0",
     image_id="sha256:abc",
     model_dir="/srv/models/Qwen2.5-1.5B",
@@ -83,26 +86,27 @@ def test_the_hash_moves_with_what_shapes_the_container(instance, change):
 
 def test_a_new_secret_moves_the_hash_without_entering_the_spec(instance):
     key = "sk-test-secret-value"
-    with_key = SETTINGS.with_secrets({"VLLM_API_KEY": key})
-    c = container_of(instance, with_key)
+    with_key = secrets_digest({"VLLM_API_KEY": key})
+    c = container_of(instance, SETTINGS, with_key)
     assert c.config_hash != container_of(instance, SETTINGS).config_hash
-    assert key not in repr(c.to_dict()) and key not in repr(with_key)
-    assert SETTINGS.with_secrets({"VLLM_API_KEY": ""}) == SETTINGS  # empty: no secret
+    assert key not in repr(c.to_dict()) and key not in with_key
+    assert secrets_digest({"VLLM_API_KEY": ""}) == ""  # empty: no secret
 
 
 @pytest.mark.parametrize(
     ("text", "says"),
     [
-        ('{"imgae": "x"}', "'imgae' is not a setting"),
+        ('{"imgae": "x"}', "'imgae' is not an option of a request"),
         ("[1]", "not a JSON object"),
-        ('{"supervisor": "cron"}', "supervisor 'cron' is not one of systemd, engine, none"),
+        ('{"supervisor": "cron"}', 'supervisor is "cron", not one of auto, systemd, engine'),
+        ('{"api_key": "x"}', "'api_key' is not an option of a request"),
         ("{", "Expecting"),
         ('{"address": "llm-a.internal"}', "address 'llm-a.internal' is not an IP address"),
     ],
 )
-def test_bad_settings_are_refused_by_name(text, says):
-    with pytest.raises(UserError, match="--deployment-json") as refused:
-        Settings.from_json(text)
+def test_bad_requests_are_refused_by_name(text, says):
+    with pytest.raises(UserError, match="--request") as refused:
+        request.from_json(text)
     assert says in str(refused.value)
 
 
@@ -115,13 +119,14 @@ def test_bad_settings_are_refused_by_name(text, says):
     ],
 )
 def test_behind_a_router_it_listens_on_the_private_address_the_plan_names(instance, address, url):
-    c = container_of(instance, Settings.from_json(f'{{"address": "{address}"}}'))
+    asked = request.from_json(f'{{"address": "{address}", "supervisor": "engine"}}')
+    c = container_of(instance, asked)
     assert f"--host={address}" in c.command
     assert c.url == url.format(port=instance.port) == c.to_dict()["url"]
 
 
 def test_the_container_names_every_file_a_deployment_writes_for_it(instance):
-    settings = Settings(config_dir="/srv/z", unit_dir="/run/systemd/system")
+    settings = Request(config_dir="/srv/z", unit_dir="/run/systemd/system", supervisor="engine")
     container = container_of(instance, settings)
     assert container.files == [
         "/srv/z/site-a-0.env",

@@ -1,7 +1,7 @@
 """A fuzz campaign over every reader and path option (hypothesis strategies).
 
 For each place outside bytes enter (a model's config, safetensors header and shard
-index, a calibration file, sysfs/procfs/cgroup files under --root, --deployment-json,
+index, a calibration file, sysfs/procfs/cgroup files under --root, --request,
 ZENVLLM_SECRETS and ZENVLLM_PLAN, a template override, render --output, calibrate --out,
 --metrics-file, a flavor) it generates the classes issue 27 found: special files
 (FIFO, directory, device, sparse GBs), stray bytes, nesting, magnitudes and wrong
@@ -184,9 +184,9 @@ def at_calibration(tmp: Path, data: bytes, kind: str):
     return ["plan", "--root", str(ZEN4), "--calibration", str(tmp / "cal.json")], {}
 
 
-def at_deployment_json(tmp: Path, data: bytes, kind: str):
+def at_request(tmp: Path, data: bytes, kind: str):
     text = data.decode("utf-8", errors="surrogateescape").replace("\x00", "")  # argv has no NUL
-    return ["plan", "--root", str(ZEN4), "--json", "--deployment-json", text], {}
+    return ["plan", "--root", str(ZEN4), "--json", "--request", text], {}
 
 
 def at_secrets(tmp: Path, data: bytes, kind: str):
@@ -259,7 +259,7 @@ TARGETS: dict[str, tuple[Run, object]] = {
     "cpuinfo": (at_root_file("proc/cpuinfo"), None),
     "meminfo": (at_root_file("sys/devices/system/node/node0/meminfo"), None),
     "memory.max": (at_root_file("sys/fs/cgroup/**/memory.max", CGROUP2), None),
-    "deployment-json": (at_deployment_json, SETTINGS),
+    "request": (at_request, SETTINGS),
     "secrets": (at_secrets, {"HF_TOKEN": "x"}),
     "override": (at_override, None),
     "output-dir": (at_output_dir, None),

@@ -13,7 +13,8 @@ from zenvllm.bench import backend
 from zenvllm.bench.layouts import MODEL_MOUNT, Server
 from zenvllm.bench.workloads import Workload
 from zenvllm.core import compile_cache
-from zenvllm.core.container import Container, Settings, container_of
+from zenvllm.core.container import Container, container_of
+from zenvllm.core.request import Request
 from zenvllm.image import data
 
 # The guide's example: lets vLLM bind memory (get_mempolicy, migrate_pages).
@@ -45,11 +46,11 @@ def container_settings(
     profile_dir: Path | None = None,
     compile_cache_dir: str = "",
     extra_env: dict[str, str] | None = None,
-) -> Settings:
+) -> Request:
     """A deployment's settings for a bench run: the same image, model and security, its
     compile cache; plus vLLM's profiler (idle until asked) writing to `profile_dir`."""
     profiling = backend.serve_args() if profile_dir else []
-    return Settings(
+    return Request(
         deployment="zenvllm-bench",
         image=image,
         model_dir=str(model_dir),
@@ -61,7 +62,9 @@ def container_settings(
         config_dir=str(env_dir),
         supervisor="none",  # the bench stops it, reads its log and removes it
         extra_env=dict(extra_env or {}),
-        extra_options=(f"--volume={profile_dir}:{backend.PROFILE_MOUNT}",) if profile_dir else (),
+        extra_docker_args=(f"--volume={profile_dir}:{backend.PROFILE_MOUNT}",)
+        if profile_dir
+        else (),
         compile_cache_dir=compile_cache_dir,
     )
 
@@ -94,7 +97,7 @@ def with_cache(argv: list[str], root: str, name: str) -> tuple[list[str], str]:
     return [*argv[:at], *extra, *argv[at:]], cache
 
 
-def server_launch(server: Server, settings: Settings, run_id: str) -> Launch:
+def server_launch(server: Server, settings: Request, run_id: str) -> Launch:
     """Stock runs the guide's command; a planner layout runs its instance's container,
     exactly as `zenvllm plan --json` gives it to a deployment (launcher, env file,
     least privilege), so the bench measures what deployments run."""

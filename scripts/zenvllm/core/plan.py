@@ -40,7 +40,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from zenvllm.core import deployed, quantization
-from zenvllm.core.container import Settings, container_of, placement
+from zenvllm.core.container import container_of, placement
 from zenvllm.core.cores import (
     cores_per_instance,
     instances_per_node,
@@ -53,6 +53,7 @@ from zenvllm.core.host import GIB, MIB, Host
 from zenvllm.core.memory import fixed_cost, gib, kv_cache_per_node, page_cache_room
 from zenvllm.core.model import Model
 from zenvllm.core.policy import LAYOUTS, Policy, check_policy
+from zenvllm.core.request import Request
 from zenvllm.core.targets import TARGETS
 from zenvllm.core.topology import format_cpu_list
 
@@ -101,10 +102,11 @@ class Plan:
     warnings: tuple[str, ...]
     notes: tuple[str, ...]
 
-    def to_dict(self, settings: Settings | None = None) -> dict:
-        """The JSON contract; each instance carries its container under `settings`."""
+    def to_dict(self, request: Request | None = None, secrets: str = "") -> dict:
+        """The JSON contract; each instance carries its container as `request` asks
+        (its supervisor decided), `secrets` the digest of the env files' secrets."""
         host = self.host
-        settings = settings or Settings(deployment=self.policy.name_prefix)
+        request = request or Request(deployment=self.policy.name_prefix, supervisor="systemd")
         return {
             "host": {
                 "source": host.source,
@@ -141,7 +143,7 @@ class Plan:
             # Requests the instances can run at once: what the gateway's limits size from.
             "max_concurrency": len(self.instances) * self.policy.max_num_seqs,
             "instances": [
-                {**i.to_dict(), "container": container_of(i, settings).to_dict()}
+                {**i.to_dict(), "container": container_of(i, request, secrets).to_dict()}
                 for i in self.instances
             ],
             "warnings": list(self.warnings),

@@ -6,23 +6,24 @@ from dataclasses import dataclass
 
 from zenvllm.core.errors import PlanError
 from zenvllm.core.host import Host
+from zenvllm.core.request import DEFAULT, LAYOUTS, Request
 from zenvllm.core.targets import TARGETS, missing_isa
-
-LAYOUTS = ("contiguous", "interleaved")
 
 
 @dataclass(frozen=True)
 class Policy:
-    instances: int | None = None  # None: auto
-    target: str = "vllm-openai"
-    layout: str = "contiguous"  # contiguous (L3-packed) or interleaved cores
-    base_port: int = 8001
-    name_prefix: str = "zenvllm"
-    # Plan a target this CPU cannot accelerate (it serves as vllm-openai would); the
-    # image launcher and deployments set it, so zen or pace starts anywhere, loudly.
-    allow_inactive: bool = False
+    """The operator's options (core/request.py holds their defaults and help) and the
+    planner's own figures, each with its evidence."""
+
+    instances: int | None = DEFAULT.instances  # None: auto
+    target: str = DEFAULT.target
+    layout: str = DEFAULT.layout
+    base_port: int = DEFAULT.base_port
+    name_prefix: str = DEFAULT.deployment
+    # The image launcher and deployments set it, so zen or pace starts anywhere, loudly.
+    allow_inactive: bool = DEFAULT.allow_inactive
     # Memory
-    kv_fraction: float = 0.9  # of what is left on the node once weights etc. are placed
+    kv_fraction: float = DEFAULT.kv_fraction
     kv_cache_gib: int | None = None  # explicit size per instance, overrides the fraction
     min_kv_cache_gib: int = 1
     # The API server, engine core and worker processes beside the weights: measured
@@ -48,6 +49,21 @@ class Policy:
     min_cores_without_smt: int = 2
     reserve_cpus: int = 1  # cores kept from OpenMP in big non-SMT slices, for the API server
     reserve_from_cores: int = 8  # smaller non-SMT slices give OpenMP every core
+
+    @classmethod
+    def of(cls, request: Request) -> Policy:
+        """What the planner takes from a request (0 sizes and lengths: its own choice)."""
+        return cls(
+            instances=request.instances,
+            target=request.target,
+            layout=request.layout,
+            base_port=request.base_port,
+            name_prefix=request.deployment,
+            allow_inactive=request.allow_inactive,
+            kv_fraction=request.kv_fraction,
+            kv_cache_gib=request.kv_cache_gib or None,
+            max_model_len=request.max_model_len or None,
+        )
 
 
 def check_policy(host: Host, policy: Policy) -> str:

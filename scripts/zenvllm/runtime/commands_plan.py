@@ -4,82 +4,75 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from zenvllm.core import arguments, calibration, gate
+from zenvllm.core import arguments, calibration, gate, request
 from zenvllm.core.arguments import real, whole
 from zenvllm.core.calibration import DEFAULT_PATH
-from zenvllm.core.container import Settings
-from zenvllm.core.flavors import PRESETS, synthetic_host
+from zenvllm.core.container import secrets_digest
+from zenvllm.core.flavors import synthetic_host
 from zenvllm.core.host import GIB, Host
 from zenvllm.core.model import Model, model_of_size, read_model
-from zenvllm.core.plan import LAYOUTS, Plan, Policy, make_plan
-from zenvllm.core.targets import TARGETS
+from zenvllm.core.plan import Plan, Policy, make_plan
+from zenvllm.core.request import Request
 from zenvllm.core.topology import format_cpu_list, read_host
 from zenvllm.runtime import calibrate
 
 
+def flag_type(name: str) -> Callable[[str], object]:
+    """The argparse type of an option's flag, from its Spec's kind and limits."""
+    spec, kind = request.spec_of(name), request.kind(name)
+    example = float(spec.example) if kind in ("count", "int", "float") else 0.0
+    if kind == "count":
+        number = whole(int(spec.low or 1), example=int(example))
+        return lambda text: text if text == "auto" else number(text)
+    if kind == "int":
+        return whole(int(spec.low or 0), int(spec.high or 1 << 31), example=int(example))
+    if kind == "float":
+        return real(float(spec.low or 0), spec.high, example=example)
+    if spec.path:
+        return lambda text: str(Path(text).absolute())
+    if spec.pattern:
+        return arguments.name
+    return str
+
+
 def add_plan_options(parser: argparse.ArgumentParser) -> None:
-    """Options shared by every verb that plans (plan, bench, the launcher)."""
-    where = parser.add_mutually_exclusive_group()
-    where.add_argument(
-        "--root",
-        type=Path,
-        default=Path("/"),
-        help="read sysfs/procfs under this directory (default /)",
-    )
-    where.add_argument(
-        "--flavor",
-        help=f"plan a synthetic host: {', '.join(PRESETS)} "
-        "or vcpus=N,ram_gib=N[,numa=N][,smt=1|2][,cpu=NAME]",
-    )
-    model = parser.add_mutually_exclusive_group()
-    model.add_argument(
-        "--model", type=Path, help="local model directory (config.json, safetensors)"
-    )
-    model.add_argument(
-        "--model-size-gib", type=real(0, example=16), help="model weights in GiB, when not local"
+    """The request's flags (core/request.py: every default and help there); a flag not
+    given leaves the option as --request (or the default) has it."""
+    flagged = [(n, s, d) for n, s, d in request.specs() if s.flag]
+    # argparse's usage wants a group's flags side by side: each group at its first flag.
+    order = [s.exclusive or n for n, s, _ in flagged]
+    flagged.sort(key=lambda o: order.index(o[1].exclusive or o[0]))
+    groups: dict[str, argparse._ActionsContainer] = {}
+    for name, spec, default in flagged:
+        if spec.exclusive and spec.exclusive not in groups:
+            groups[spec.exclusive] = parser.add_mutually_exclusive_group()
+        into = groups[spec.exclusive] if spec.exclusive else parser
+        flags = [spec.flag, *(["--name-prefix"] if name == "deployment" else [])]
+        shown = json.dumps(default) if default not in ("", 0) else "none"
+        how: dict = {"dest": name, "default": argparse.SUPPRESS}
+        if request.kind(name) == "bool":
+            how |= {"action": "store_true", "help": spec.help}
+        else:
+            how |= {"type": flag_type(name), "help": f"{spec.help} (default {shown})"}
+            if spec.choices:
+                how["choices"] = spec.choices
+            else:
+                how["metavar"] = "N|auto" if spec.auto else spec.flag[2:].upper().replace("-", "_")
+        into.add_argument(*flags, **how)
+    parser.add_argument(
+        "--request",
+        metavar="JSON",
+        help="the deployment request as one JSON object (what the instances role sends): "
+        "its options are those of docs/reference/variables.md; flags given override it",
     )
     parser.add_argument(
-        "--instances",
-        type=arguments.instances,
-        default=None,
-        metavar="N|auto",
-        help="number of vLLM instances (default auto)",
-    )
-    parser.add_argument("--target", choices=sorted(TARGETS), default="vllm-openai")
-    parser.add_argument(
-        "--allow-inactive",
-        action="store_true",
-        help="plan zen or pace on a CPU that cannot accelerate them (a warning, not an error)",
-    )
-    parser.add_argument(
-        "--layout",
-        choices=LAYOUTS,
-        default="contiguous",
-        help="cores of an instance side by side (L3-packed) or every k-th",
-    )
-    parser.add_argument("--base-port", type=arguments.port, default=8001)
-    parser.add_argument(
-        "--kv-cache-gib",
-        type=whole(1, 1 << 20, example=4),
-        help="KV cache per instance (default sized)",
-    )
-    parser.add_argument(
-        "--kv-fraction",
-        type=real(0, 1, example=0.9),
-        default=0.9,
-        help="share of a node's leftover memory given to KV caches",
-    )
-    parser.add_argument(
-        "--name-prefix",
-        type=arguments.name,
-        default="zenvllm",
-        help="instances are named PREFIX-0, PREFIX-1, ... (a deployment's name)",
-    )
-    parser.add_argument(
-        "--max-model-len", type=arguments.max_model_len, help="context length vLLM will serve"
+        "--read-model",
+        metavar="DIR",
+        help="read the model from DIR instead of model_dir (a staged copy, in check mode)",
     )
     parser.add_argument(
         "--calibration",
@@ -89,38 +82,36 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def host_from(args: argparse.Namespace) -> Host:
-    return synthetic_host(args.flavor) if args.flavor else read_host(args.root)
+def request_from(args: argparse.Namespace) -> Request:
+    """--request, with the flags given over it; supervisor auto decided as the role does
+    (systemd where it is PID 1 under --root)."""
+    base = request.from_json(args.request) if args.request else request.DEFAULT
+    given = {n: getattr(args, n) for n, s, _ in request.specs() if s.flag and hasattr(args, n)}
+    asked = replace(base, **given)
+    if asked.supervisor == "auto":
+        booted = asked.flavor or (Path(asked.sysfs_root) / "run/systemd/system").is_dir()
+        asked = replace(asked, supervisor="systemd" if booted else "engine")
+    return asked
 
 
-def model_from(args: argparse.Namespace) -> Model:
-    if args.model:
-        return read_model(args.model)
-    if args.model_size_gib is not None:
-        return model_of_size(args.model_size_gib)
+def host_from(asked: Request) -> Host:
+    return synthetic_host(asked.flavor) if asked.flavor else read_host(Path(asked.sysfs_root))
+
+
+def model_from(asked: Request, read_from: str | None = None) -> Model:
+    if asked.model_size_gib > 0:
+        return model_of_size(asked.model_size_gib)
+    if asked.model_dir:
+        return read_model(Path(read_from or asked.model_dir))
     return Model(name="unknown", weight_bytes=0)
 
 
-def policy_from(args: argparse.Namespace) -> Policy:
-    return Policy(
-        instances=args.instances,
-        target=args.target,
-        allow_inactive=args.allow_inactive,
-        name_prefix=args.name_prefix,
-        layout=args.layout,
-        base_port=args.base_port,
-        kv_cache_gib=args.kv_cache_gib,
-        kv_fraction=args.kv_fraction,
-        max_model_len=args.max_model_len,
-    )
-
-
-def plan_from(args: argparse.Namespace) -> Plan:
-    host = host_from(args)
-    live = not args.flavor and args.root.resolve() == Path("/")
+def plan_from(args: argparse.Namespace, asked: Request) -> Plan:
+    host = host_from(asked)
+    live = not asked.flavor and Path(asked.sysfs_root).resolve() == Path("/")
     cal, source = calibrate.read(args.calibration, live)
-    model = model_from(args)
-    policy, ignored = calibration.apply(policy_from(args), cal, host, source, model)
+    model = model_from(asked, args.read_model)
+    policy, ignored = calibration.apply(Policy.of(asked), cal, host, source, model)
     plan = make_plan(host, model, policy)
     return replace(plan, warnings=(*plan.warnings, ignored)) if ignored else plan
 
@@ -148,22 +139,22 @@ def render_table(plan: Plan) -> str:
     return "\n".join(lines)
 
 
-def settings_from(args: argparse.Namespace) -> Settings:
-    """The deployment's container settings: --deployment-json, secrets from the env
-    (ZENVLLM_SECRETS, a JSON object: never on the command line, never printed)."""
+def secrets_from_env() -> str:
+    """The digest of the deployment's secrets (ZENVLLM_SECRETS, a JSON object: never on
+    the command line, never printed)."""
     fix = "give ZENVLLM_SECRETS a JSON object of strings (the instances role writes it)"
     secrets = gate.env_json("ZENVLLM_SECRETS", fix) or {}
     if not isinstance(secrets, dict) or not all(isinstance(v, str) for v in secrets.values()):
         # Never shown: the value holds secrets.
         raise gate.InputError(f"$ZENVLLM_SECRETS is not a JSON object of strings; {fix}")
-    text = args.deployment_json or json.dumps({"deployment": args.name_prefix})
-    return Settings.from_json(text, secrets)
+    return secrets_digest(secrets)
 
 
 def run(args: argparse.Namespace) -> int:
-    plan = plan_from(args)
+    asked = request_from(args)
+    plan = plan_from(args, asked)
     if args.json:
-        print(json.dumps(plan.to_dict(settings_from(args)), indent=2))
+        print(json.dumps(plan.to_dict(asked, secrets_from_env()), indent=2))
     else:
         print(render_table(plan))
     return 0
@@ -173,9 +164,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("plan", help="decide instances, cores, memory, KV cache")
     add_plan_options(parser)
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
-    parser.add_argument(
-        "--deployment-json",
-        help="the deployment's container settings as a JSON object (image, model_dir, ...): "
-        "each instance's container in --json follows them",
-    )
     parser.set_defaults(func=run)

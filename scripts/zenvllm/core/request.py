@@ -1,0 +1,516 @@
+"""A deployment request: every option an operator sets, written once.
+
+`Request` holds each option with its type (its default's), its default, its limits and
+one line of help (`Spec`, in the field's metadata). Everything else is made from it:
+`zenvllm plan`'s flags (runtime/commands_plan.py), the instances role's
+`defaults/main.yml`, `meta/argument_specs.yml` and `templates/request.json.j2`, and the
+variable reference (`python -m zenvllm.reference` writes them; `--check`, run by the unit
+tests, fails when one is stale). The role hands the planner the request as one JSON
+value (`zenvllm plan --request JSON`), checked here field by field through the gate.
+
+The role's variable for field `x` is `zenvllm_instances_x`. Options only the role uses
+(`role_only`) are here too, for its defaults and its reference, and are refused in a
+request. Pure; standard library only.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from zenvllm.core import gate
+from zenvllm.core.flavors import PRESETS
+from zenvllm.core.targets import TARGETS
+
+ROLE_PREFIX = "zenvllm_instances_"
+LAYOUTS = ("contiguous", "interleaved")
+SUPERVISORS = ("auto", "systemd", "engine")
+NAME = re.compile(r"[a-z][a-z0-9-]{0,40}")  # what docker, systemd and env files all accept
+
+
+@dataclass(frozen=True)
+class Spec:
+    """How one option is typed, limited, documented and rendered."""
+
+    help: str  # one line, for --help, the defaults' comment and the reference
+    section: str  # where the reference and the defaults file group it
+    flag: str = ""  # `zenvllm plan`'s flag ("" = none: set it in --request)
+    exclusive: str = ""  # flags of one group exclude each other on the command line
+    choices: tuple[str, ...] = ()
+    low: float | None = None  # inclusive limits of a number
+    high: float | None = None
+    above: bool = False  # `low` itself is excluded
+    example: str = ""  # shown in a refusal
+    pattern: re.Pattern | None = None  # what a string must match
+    path: bool = False  # an absolute path, or "" for none
+    auto: bool = False  # "auto" or a whole number of `low` or more
+    inherit: str = ""  # the playbook-wide variable the role's default follows
+    role_default: str | None = None  # the role's default, when not the Python one
+    role_only: bool = False  # the role's business: not part of a request
+    secret: bool = False  # never shown (no_log), never in a request
+
+
+def option(default: Any, help: str, section: str, **spec: Any) -> Any:
+    """A request field: its default (a dict default is a fresh {}) and its Spec."""
+    meta = {"spec": Spec(help=help, section=section, **spec)}
+    if isinstance(default, dict):
+        return field(default_factory=dict, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+MODEL, DEPLOY, HOST, IMAGE, SECRETS, SUPERVISE, PATHS, ROLLOUT = (
+    "The model",
+    "The deployment",
+    "The host the plan is for",
+    "The image and each container",
+    "Secrets",
+    "Supervision and the engine",
+    "Where things go on the host",
+    "Rollout",
+)
+
+
+@dataclass(frozen=True)
+class Request:
+    # -- the model
+    model_dir: str = option(
+        "",
+        "The model directory on the host (config.json, safetensors), mounted read-only.",
+        MODEL,
+        flag="--model",
+        exclusive="model",
+        path=True,
+        inherit="zenvllm_model_dir",
+    )
+    model_src: str = option(
+        "",
+        "A model directory on the controller, sent to model_dir with rsync (only what "
+        "differs; a cut transfer resumes).",
+        MODEL,
+        inherit="zenvllm_model_src",
+        role_only=True,
+    )
+    model_url: str = option(
+        "",
+        "A mirror's http(s) URL of the model directory (or <HF_ENDPOINT>/<org>/<model>/"
+        "resolve/<revision>), fetched with resumable ranges; needs model_manifest.",
+        MODEL,
+        inherit="zenvllm_model_url",
+        role_only=True,
+    )
+    model_manifest: str = option(
+        "",
+        "A manifest on the controller (size and SHA-256 per file, `zenvllm model manifest "
+        'DIR`) every host\'s copy is verified against; "" = made from model_src.',
+        MODEL,
+        inherit="zenvllm_model_manifest",
+        role_only=True,
+    )
+    model_rsync_opts: tuple[str, ...] = option(
+        (), "More rsync options for model_src, e.g. --bwlimit=50m.", MODEL, role_only=True
+    )
+    served_model_name: str = option(
+        "", 'The model name clients ask for ("" = the model directory\'s name).', MODEL
+    )
+    model_size_gib: float = option(
+        0.0,
+        "Plan from this weight size in GiB instead of reading model_dir (0 = read it).",
+        MODEL,
+        flag="--model-size-gib",
+        exclusive="model",
+        low=0,
+        high=1 << 20,
+        example="16",
+    )
+    max_model_len: int = option(
+        0,
+        "The context length vLLM serves (0 = the model's own).",
+        MODEL,
+        flag="--max-model-len",
+        low=0,
+        high=1 << 24,
+        example="4096",
+    )
+    # -- the deployment
+    deployment: str = option(
+        "zenvllm",
+        "The deployment's name: instances are <deployment>-0, -1, ...; only its own "
+        "containers are pruned (several deployments can share one engine).",
+        DEPLOY,
+        flag="--deployment",
+        pattern=NAME,
+        example="zenvllm",
+    )
+    count: str | int = option(
+        "auto",
+        "Number of instances: auto (the planner decides from NUMA nodes and cores) or N.",
+        DEPLOY,
+        flag="--instances",
+        auto=True,
+        low=1,
+        example="2",
+    )
+    target: str = option(
+        "vllm-openai",
+        "The image target the plan tunes the environment for.",
+        DEPLOY,
+        flag="--target",
+        choices=tuple(TARGETS),
+    )
+    allow_inactive: bool = option(
+        False,
+        "Plan zen or pace on a CPU that cannot accelerate them (they serve as vllm-openai, "
+        "with a warning in the plan and each instance's log); false refuses.",
+        DEPLOY,
+        flag="--allow-inactive",
+        role_default="true",
+    )
+    layout: str = option(
+        "contiguous",
+        "Cores of an instance side by side (L3-packed) or every k-th (interleaved).",
+        DEPLOY,
+        flag="--layout",
+        choices=LAYOUTS,
+    )
+    base_port: int = option(
+        8001,
+        "Port of the first instance; the next ones count up.",
+        DEPLOY,
+        flag="--base-port",
+        low=1,
+        high=65535,
+        example="8001",
+    )
+    address: str = option(
+        "127.0.0.1",
+        "Where the instances listen: loopback behind the host's gateway; in a routed fleet "
+        "(a zenvllm_router group) the host's private address (zenvllm_private_address).",
+        DEPLOY,
+        role_default="{{ (zenvllm_private_address | default(ansible_host | default('127.0.0.1'))) "
+        "if groups['zenvllm_router'] | default([]) | length > 0 else '127.0.0.1' }}",
+    )
+    firewall: bool = option(
+        False,
+        "Off loopback, an nftables table admits to the instances' ports only this host and "
+        "firewall_sources.",
+        DEPLOY,
+        role_default="{{ zenvllm_instances_address != '127.0.0.1' }}",
+        role_only=True,
+    )
+    firewall_sources: tuple[str, ...] = option(
+        (),
+        "The addresses the firewall admits (default: the router and monitoring hosts' "
+        "private addresses).",
+        DEPLOY,
+        role_default="{{ ((groups['zenvllm_router'] | default([])) + "
+        "(groups['zenvllm_monitoring'] | default([]))) | map('extract', hostvars) "
+        "| map(attribute='zenvllm_private_address', default='') | select | unique | list }}",
+        role_only=True,
+    )
+    firewall_name: str = option(
+        "zenvllm-firewall",
+        "The firewall's nftables table and unit (the unit re-applies it at boot).",
+        DEPLOY,
+        role_default="{{ zenvllm_instances_deployment }}-firewall",
+        role_only=True,
+    )
+    kv_cache_gib: int = option(
+        0,
+        "KV cache per instance in GiB (0 = the planner sizes it).",
+        DEPLOY,
+        flag="--kv-cache-gib",
+        low=0,
+        high=1 << 20,
+        example="4",
+    )
+    kv_fraction: float = option(
+        0.9,
+        "Share of a node's leftover memory the planner gives to KV caches.",
+        DEPLOY,
+        flag="--kv-fraction",
+        low=0,
+        high=1,
+        above=True,
+        example="0.9",
+    )
+    # -- the host the plan is for
+    sysfs_root: str = option(
+        "/",
+        'Read sysfs/procfs under this directory ("/" = this host; tests use fixture trees).',
+        HOST,
+        flag="--root",
+        exclusive="host",
+        path=True,
+    )
+    flavor: str = option(
+        "",
+        f"Plan a synthetic host instead: {', '.join(PRESETS)} or "
+        "vcpus=N,ram_gib=N[,numa=N][,smt=1|2][,cpu=NAME].",
+        HOST,
+        flag="--flavor",
+        exclusive="host",
+    )
+    python: str = option(
+        "/usr/bin/python3",
+        "The python3 that runs the planner on the host (standard library only).",
+        HOST,
+        role_only=True,
+    )
+    # -- the image and each container
+    image: str = option(
+        "zenvllm/vllm-openai:0.32.0",
+        "The image (a tag); the image role resolves its ID.",
+        IMAGE,
+        inherit="zenvllm_image",
+    )
+    image_id: str = option(
+        "unknown",
+        "The image's ID, on each container's label (a new ID restarts them); the image "
+        "role sets it.",
+        IMAGE,
+        inherit="zenvllm_image_id",
+    )
+    user: str = option("10001:10001", "The image's non-root runtime user.", IMAGE)
+    container_model_dir: str = option(
+        "/model", "Where the model appears in the container.", IMAGE, path=True
+    )
+    serve_args: tuple[str, ...] = option(
+        ("--dtype=bfloat16",),
+        "More arguments for `vllm serve`, after the model, host and port.",
+        IMAGE,
+    )
+    extra_env: dict[str, str] = option(  # noqa: RUF009 (a fresh {} per request)
+        {}, "More environment for every instance (not secret; it is in the env file).", IMAGE
+    )
+    extra_docker_args: tuple[str, ...] = option(
+        (), "More `docker run` arguments (e.g. more read-only mounts).", IMAGE
+    )
+    # -- secrets
+    hf_token: str = option(
+        "",
+        "HF_TOKEN, written only to the 0600 env files, never shown.",
+        SECRETS,
+        inherit="zenvllm_hf_token",
+        secret=True,
+        role_only=True,
+    )
+    api_key: str = option(
+        "",
+        "VLLM_API_KEY the instances require, written only to the 0600 env files.",
+        SECRETS,
+        inherit="zenvllm_api_key",
+        secret=True,
+        role_only=True,
+    )
+    # -- supervision and the engine
+    supervisor: str = option(
+        "auto",
+        "Who restarts an instance: systemd units, or the engine's restart policy; auto "
+        "picks systemd where it is PID 1.",
+        SUPERVISE,
+        choices=SUPERVISORS,
+    )
+    engine_unit: str = option(
+        "docker.service",
+        "The engine's systemd unit the instance units start after and restart with "
+        '("" = none); the host role finds it.',
+        SUPERVISE,
+        role_default="{{ (zenvllm_host_engine_choice | default({})).unit "
+        "| default('docker.service') }}",
+        role_only=True,
+    )
+    docker_bin: str = option(
+        "/usr/bin/docker", "The engine's command line.", SUPERVISE, role_only=True
+    )
+    docker_host: str = option(
+        "",
+        'DOCKER_HOST for engine commands and units ("" = the engine\'s default socket).',
+        SUPERVISE,
+        inherit="zenvllm_docker_host",
+        role_only=True,
+    )
+    # -- where things go on the host
+    lib_dir: str = option(
+        "/opt/zenvllm/lib", "Where the planner zipapp goes.", PATHS, role_only=True
+    )
+    config_dir: str = option(
+        "/etc/zenvllm", "Where each instance's env file and run script go.", PATHS, path=True
+    )
+    unit_dir: str = option(
+        "/etc/systemd/system", "Where the instances' systemd units go.", PATHS, path=True
+    )
+    seccomp_profile: str = option(
+        "/etc/zenvllm/seccomp-numa.json",
+        "The seccomp profile (the engine's default plus the NUMA memory-policy calls; "
+        '"" = the engine\'s default).',
+        PATHS,
+        path=True,
+    )
+    compile_cache_dir: str = option(
+        "/var/cache/zenvllm/compile",
+        "vLLM's compile cache, a directory per instance and key: a restart loads the "
+        'compiled model ("" = none; every start compiles).',
+        PATHS,
+        path=True,
+    )
+    planner: str = option(
+        "",
+        "The planner zipapp on the controller, copied to lib_dir (the collection carries "
+        "it; in a checkout `make planner` makes it).",
+        PATHS,
+        role_default="{{ zenvllm_planner | default(role_path ~ '/files/zenvllm.pyz') }}",
+        role_only=True,
+    )
+    # -- rollout
+    state: str = option(
+        "present",
+        "present deploys; absent removes the instances, units, env files, firewall and "
+        "compile caches (the model and the image stay).",
+        ROLLOUT,
+        choices=("present", "absent"),
+        inherit="zenvllm_state",
+        role_only=True,
+    )
+    render_only: bool = option(
+        False,
+        "Render the plan's files only: no engine, no units started (flavor checks, dry runs).",
+        ROLLOUT,
+        role_only=True,
+    )
+    health_timeout: int = option(
+        900,
+        "Seconds a restarted instance has to answer /health before the next one restarts.",
+        ROLLOUT,
+        role_only=True,
+    )
+    health_delay: int = option(5, "Seconds between /health polls.", ROLLOUT, role_only=True)
+    prune: bool = option(
+        True,
+        "Remove instances (units, containers, env files) the plan no longer has.",
+        ROLLOUT,
+        role_only=True,
+    )
+
+    # -- what the planner reads of it
+
+    @property
+    def instances(self) -> int | None:
+        """count as the planner takes it: None for auto."""
+        return None if self.count == "auto" else int(self.count)
+
+    @property
+    def served_name(self) -> str:
+        return self.served_model_name or self.model_dir.rstrip("/").rsplit("/", 1)[-1] or "model"
+
+
+DEFAULT = Request()
+FIX = "see `zenvllm plan --help` or docs/reference/variables.md"
+
+
+def specs() -> Iterator[tuple[str, Spec, Any]]:
+    """Every option, in order: name, spec, default."""
+    for f in fields(Request):
+        yield f.name, f.metadata["spec"], getattr(DEFAULT, f.name)
+
+
+def spec_of(name: str) -> Spec:
+    return Request.__dataclass_fields__[name].metadata["spec"]
+
+
+def kind(name: str) -> str:
+    """str, int, float, bool, list, dict or count: how the option is typed everywhere."""
+    if spec_of(name).auto:
+        return "count"
+    default = getattr(DEFAULT, name)
+    return {bool: "bool", int: "int", float: "float", str: "str", tuple: "list"}.get(
+        type(default), "dict"
+    )
+
+
+def check(name: str, value: Any, where: str) -> Any:
+    """One option's value, typed and limited as its Spec says (an InputError naming
+    `where`, the value, the limit and the fix otherwise)."""
+    spec, how = spec_of(name), kind(name)
+    fix = f"give {spec.example or 'a value as its help says'}; {FIX}"
+    if how == "count":
+        if value == "auto":
+            return value
+        if isinstance(value, str) and value.isdigit() and len(value) <= gate.MAX_DIGITS:
+            value = int(value)
+        return gate.whole(value, where, 1, 1 << 20, f"give auto or {spec.example}")
+    if how == "bool":
+        if not isinstance(value, bool):
+            raise gate.InputError(f"{where} is {gate.shown(value)}, not true or false; {FIX}")
+        return value
+    if how == "int":
+        return gate.whole(value, where, int(spec.low or 0), int(spec.high or 1 << 31), fix)
+    if how == "float":
+        low, high = float(spec.low or 0), float(spec.high or 1 << 20)
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not (ok and math.isfinite(value) and low <= value <= high) or (
+            spec.above and value == low
+        ):
+            bounds = f"{'(' if spec.above else '['}{low:,g}, {high:,.0f}]"
+            raise gate.InputError(
+                f"{where} is {gate.shown(value)}, not a number in {bounds}; {fix}"
+            )
+        return float(value)
+    if how == "list":
+        return tuple(
+            gate.text(v, f"{where}[{i}]", FIX) for i, v in enumerate(gate.items(value, where, FIX))
+        )
+    if how == "dict":
+        return {
+            k: gate.text(v, f"{where}.{k[:40]}", FIX)
+            for k, v in gate.obj(value, where, FIX).items()
+        }
+    text = gate.text(value, where, FIX)
+    if spec.choices and text not in spec.choices:
+        raise gate.InputError(
+            f"{where} is {gate.shown(text)}, not one of {', '.join(spec.choices)}; {FIX}"
+        )
+    if spec.pattern and not spec.pattern.fullmatch(text):
+        raise gate.InputError(
+            f"{where} is {gate.shown(text)}, not a name of lowercase letters, digits and "
+            f"dashes (up to 41, starting with a letter); give e.g. {spec.example}"
+        )
+    if spec.path and text and (not text.startswith("/") or any(c in text for c in ":,\n")):
+        raise gate.InputError(
+            f"{where} is {gate.shown(text)}, not an absolute path without ':' or ','; give "
+            f'one, or "" for none; {FIX}'
+        )
+    return text
+
+
+def from_json(text: str, source: str = "--request") -> Request:
+    """A request from JSON: each field checked by its Spec; unknown and role-only keys
+    refused by name; the address must be an IP address."""
+    asked = [n for n, s, _ in specs() if not s.role_only]
+    fix = f"give a JSON object with some of: {', '.join(asked)}"
+    given = gate.obj(gate.parse_json(text, source, fix), source, fix)
+    for key in given:
+        if key not in asked:
+            raise gate.InputError(f"{source}: {key[:40]!r} is not an option of a request; {fix}")
+    request = replace(DEFAULT, **{k: check(k, v, f"{source}: {k}") for k, v in given.items()})
+    try:
+        ipaddress.ip_address(request.address)
+    except ValueError:
+        raise gate.InputError(
+            f"{source}: address {request.address!r} is not an IP address; give 127.0.0.1 "
+            "(behind the host's gateway) or the host's private address (behind a router)"
+        ) from None
+    return request
+
+
+def to_json_dict(request: Request) -> dict:
+    """The request as JSON holds it: the fields a request may carry."""
+    out = {}
+    for name, spec, _ in specs():
+        if not spec.role_only:
+            value = getattr(request, name)
+            out[name] = list(value) if isinstance(value, tuple) else value
+    return out
