@@ -200,7 +200,7 @@ test-reliability: venv planner engine
 	$(PYTEST) -q tests/reliability
 
 # Every tier, named and timed, then a summary; CI=true turns any missing prerequisite
-# into a failure, not a skip. Needs root; ~30 min and ~21 GiB of disk (README).
+# into a failure, not a skip. Needs root; ~30 min and ~21 GiB of disk (docs/development.md).
 test:
 	@MAKE="$(MAKE)" scripts/test_tiers.sh $(TIERS)
 

@@ -13,7 +13,7 @@ The rules, and the evidence behind their defaults:
   then as many slices as fill the node. On the 2-core test machine (13.0 GB/s
   per core, calibrated) a 0.5 B model's 0.99 GB step takes 2 cores, and that
   2-core instance made 1.79x of vLLM's stock container against 1.19x for two
-  1-core instances (README, Real-shape results). Without SMT a slice has at
+  1-core instances (docs/benchmarks.md, real-shape results). Without SMT a slice has at
   least `min_cores_without_smt` (2) cores: a 1-core instance's API server and
   scheduler share its only core, and lost 1.42-1.61x to one 2-core instance
   with every real-shape model there, W8A8 INT8 included.

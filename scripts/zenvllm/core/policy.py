@@ -27,7 +27,7 @@ class Policy:
     kv_cache_gib: int | None = None  # explicit size per instance, overrides the fraction
     min_kv_cache_gib: int = 1
     # The API server, engine core and worker processes beside the weights: measured
-    # 2.2-2.35 GiB RSS while a 0.5 B model loaded (README, Planning).
+    # 2.2-2.35 GiB RSS while a 0.5 B model loaded (docs/explanation/planner.md).
     runtime_overhead_gib: float = 2.5
     os_reserve_gib: float = 1.0  # per node, plus os_reserve_fraction of the node
     os_reserve_fraction: float = 0.02
