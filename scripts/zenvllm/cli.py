@@ -13,12 +13,14 @@ from zenvllm.runtime import (
     commands_doctor,
     commands_model,
     commands_plan,
+    commands_status,
     console,
 )
 
 # In the order `--help` lists them.
 VERBS = (
     commands_plan,
+    commands_status,
     commands_doctor,
     commands_calibrate,
     commands_model,

@@ -180,6 +180,43 @@ def test_the_seccomp_profile_permits_numa_memory_policy(deployment):
     assert out == ["0", "0"], f"get_mempolicy refused inside the instance: {out}"
 
 
+def host_status(base: Path, *extra: str) -> subprocess.CompletedProcess:
+    """`zenvllm status` as the host runs it: from the planner zipapp the role installed."""
+    env = engine.engine_env() | {"PYTHONPATH": str(base / "lib" / "zenvllm.pyz")}
+    argv = ["python3", "-m", "zenvllm.runtime", "status", "--deployment", DEPLOYMENT, *extra]
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_status_shows_each_instance_where_its_plan_put_it_and_what_vllm_runs(deployment):
+    base, _ = deployment
+    done = host_status(base, "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = json.loads(done.stdout)
+    assert [r["name"] for r in rows] == list(NAMES)
+    for cpu, row in enumerate(rows):
+        assert row["cpus"] == row["planned_cpus"] == [cpu] and row["node"] == [0]
+        assert (row["placement"], row["problems"], row["health"]) == ("ok", [], "ok")
+        # Asked of the running server: the vllm-openai image runs vLLM's own CPU platform.
+        assert (row["platform"], row["backend"]) == ("CpuPlatform", "stock")
+        assert row["numa_local_ratio"] == 1.0  # one node here: every resident page on it
+        assert row["running"] == 0 and row["waiting"] == 0 and row["tokens_per_s"] == 0
+
+
+def test_an_instance_moved_to_other_cpus_is_reported_drifted(deployment):
+    base, _ = deployment
+    engine.docker("update", "--cpuset-cpus", "0-1", NAMES[1])
+    try:
+        done = host_status(base, "--no-backend")
+        assert done.returncode == 1, done.stdout + done.stderr
+        lines = done.stdout.splitlines()
+        assert lines[1].split()[1:6] == [NAMES[0], "0", "0", "-", "ok"]
+        assert lines[2].split()[1:6] == [NAMES[1], "0-1", "0", "-", "drifted"]
+        assert f"{NAMES[1]}: cpuset 0-1 is not the planned 1 (moved after launch?)" in lines
+    finally:
+        engine.docker("update", "--cpuset-cpus", "1", NAMES[1])
+    assert host_status(base, "--no-backend").returncode == 0
+
+
 def listeners_off_loopback() -> set[str]:
     """Every TCP listener not bound to loopback, as address:port."""
     out = subprocess.run(["ss", "-Hltn"], capture_output=True, text=True, check=True).stdout

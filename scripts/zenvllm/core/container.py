@@ -128,6 +128,10 @@ def container_of(instance, request: Request, secrets: str = "") -> Container:
         f"--label=zenvllm.instance={name}",
         f"--label=zenvllm.port={instance.port}",
         f"--label=zenvllm.image-id={request.image_id}",
+        # The plan, for checking the instance after launch (core/observed.py).
+        f"--label=zenvllm.cpus={format_cpu_list(instance.cpus)}",
+        f"--label=zenvllm.mems={format_cpu_list(instance.mems)}",
+        f"--label=zenvllm.target={request.target}",
         *request.extra_docker_args,
     ]
     # Everything that shapes the container, the env file (secrets by digest) included:

@@ -1,0 +1,192 @@
+"""What each zenvllm instance on this host is doing: the side-effect edge of `zenvllm
+status`. It reads the containers' labels (the plan), the engine's view of their
+cpusets, every thread's affinity and the resident pages per node under /proc, vLLM's
+own platform (asked in the container), /health and /metrics; core/observed.py judges.
+Standard library only (hosts run it as `python3 -m zenvllm.runtime status`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+from zenvllm.core import gate, observed
+from zenvllm.core.errors import UserError
+from zenvllm.core.observed import Planned, Seen
+from zenvllm.core.topology import parse_cpu_list
+from zenvllm.runtime import health
+
+PLATFORM_CODE = "from vllm.platforms import current_platform as p; print(type(p).__name__)"
+# vLLM's gauges and counter the view shows (its Prometheus names).
+RUNNING, WAITING, TOKENS = (
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:generation_tokens_total",
+)
+FIX = "is this host's engine running, and does zenvllm status run as root?"
+
+
+def docker(*args: str, timeout: float = 60) -> str:
+    """The engine's answer (DOCKER_HOST as set); a UserError naming the command else."""
+    argv = [os.environ.get("ZENVLLM_DOCKER", "docker"), *args]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise UserError(f"{' '.join(argv[:3])}: {err}; {FIX}") from None
+    if done.returncode != 0:
+        raise UserError(f"{' '.join(argv[:3])}: {done.stderr.strip()[:300]}; {FIX}")
+    return done.stdout
+
+
+def containers(deployment: str) -> list[dict]:
+    """`docker inspect` of every zenvllm container (of one deployment, if named)."""
+    label = f"zenvllm.deployment={deployment}" if deployment else "zenvllm.managed=true"
+    names = docker("ps", "--all", "--filter", f"label={label}", "--format", "{{.Names}}").split()
+    if not names:
+        return []
+    found = gate.parse_json(docker("inspect", *names), "docker inspect", FIX)
+    return sorted(gate.items(found, "docker inspect", FIX), key=lambda c: c.get("Name", ""))
+
+
+def planned(info: dict) -> Planned:
+    labels = info.get("Config", {}).get("Labels") or {}
+    return Planned(
+        name=labels.get("zenvllm.instance", info.get("Name", "?").lstrip("/")),
+        target=labels.get("zenvllm.target", ""),
+        cpus=frozenset(parse_cpu_list(labels.get("zenvllm.cpus", ""))),
+        mems=frozenset(parse_cpu_list(labels.get("zenvllm.mems", ""))),
+    )
+
+
+def read_proc(path: Path) -> str | None:
+    """A /proc file, or None when the process is gone or it is not ours to read."""
+    try:
+        return gate.read_text(path, gate.PROCFS, FIX, optional=True)
+    except (gate.InputError, OSError):
+        return None
+
+
+def pids(pid: int) -> list[int]:
+    """The container's main process and its descendants (vLLM's engine core and workers
+    are children of its API server), from /proc/*/stat: any cgroup layout, v1 or v2."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        stat = read_proc(Path(f"/proc/{entry}/stat")) if entry.isdigit() else None
+        fields = stat.rsplit(")", 1)[-1].split() if stat else []
+        if len(fields) > 1 and fields[1].isdigit():  # state, ppid, ...
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        found.append(todo.pop())
+        todo += children.get(found[-1], [])
+    return sorted(found)
+
+
+def threads(pid: int) -> dict[str, frozenset[int]]:
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        status = read_proc(Path(f"/proc/{pid}/task/{tid}/status")) or ""
+        name = re.search(r"^Name:\s*(.*)$", status, re.M)
+        if status:
+            out[f"{pid}/{tid} {name[1] if name else '?'}"] = observed.cpus_allowed(status)
+    return out
+
+
+def seen(info: dict, ask_platform: bool) -> Seen:
+    host = info.get("HostConfig", {})
+    pid = int(info.get("State", {}).get("Pid") or 0)
+    members = pids(pid) if pid else []
+    pages: dict[int, int] = {}
+    every: dict[str, frozenset[int]] = {}
+    for member in members:
+        every |= threads(member)
+        for node, n in observed.pages_per_node(
+            read_proc(Path(f"/proc/{member}/numa_maps")) or ""
+        ).items():
+            pages[node] = pages.get(node, 0) + n
+    platform = ""
+    if ask_platform and pid:
+        name = info.get("Name", "").lstrip("/")
+        try:
+            platform = docker("exec", name, "python3", "-c", PLATFORM_CODE, timeout=120).strip()
+        except UserError:  # vLLM not importable there: no verdict, not a fallback
+            platform = ""
+    return Seen(
+        cpus=frozenset(parse_cpu_list(host.get("CpusetCpus") or "")),
+        mems=frozenset(parse_cpu_list(host.get("CpusetMems") or "")),
+        threads=every,
+        pages=pages,
+        platform=platform.splitlines()[-1] if platform else "",
+    )
+
+
+def listen(info: dict) -> tuple[str, int]:
+    """Where vLLM listens: its --host and --port arguments (labels for the port)."""
+    args = " ".join(info.get("Args") or [])
+    host = re.search(r"--host[= ](\S+)", args)
+    port = (info.get("Config", {}).get("Labels") or {}).get("zenvllm.port", "0")
+    return (host[1] if host else "127.0.0.1"), int(port) if port.isdigit() else 0
+
+
+def metrics(host: str, port: int) -> dict[str, float]:
+    """vLLM's gauges and counter the view shows, summed over their labels ({} if none)."""
+    where = f"[{host}]" if ":" in host else host
+    try:
+        with urllib.request.urlopen(f"http://{where}:{port}/metrics", timeout=3) as reply:
+            text = reply.read(8 * gate.MIB).decode("utf-8", "replace")
+    except OSError:
+        return {}
+    out: dict[str, float] = {}
+    for name, value in re.findall(r"^([a-z_:]+)(?:\{[^}]*\})? ([0-9.eE+-]+)$", text, re.M):
+        if name in (RUNNING, WAITING, TOKENS):
+            out[name] = out.get(name, 0.0) + float(value)
+    return out
+
+
+def rows(deployment: str = "", ask_platform: bool = True, interval: float = 1.0) -> list[dict]:
+    """One row per instance: the plan, what runs, and the verdict."""
+    found = containers(deployment)
+    before = {c["Id"]: metrics(*listen(c)) for c in found}
+    time.sleep(interval if found else 0)
+    out = []
+    for info in found:
+        plan, now = planned(info), seen(info, ask_platform)
+        host, port = listen(info)
+        after = metrics(host, port)
+        start = before[info["Id"]].get(TOKENS)
+        running = info.get("State", {}).get("Running", False)
+        problems = observed.problems(plan, now) if running else ["not running"]
+        out.append(
+            {
+                "host": socket.gethostname(),
+                "name": plan.name,
+                "target": plan.target,
+                "cpus": sorted(now.cpus),
+                "planned_cpus": sorted(plan.cpus),
+                "node": sorted(plan.mems),
+                "backend": observed.backend(now.platform) if now.platform else "",
+                "platform": now.platform,
+                "placement": "ok" if not problems else "drifted",
+                "problems": problems,
+                "numa_local_ratio": observed.local_ratio(now.pages, plan.mems),
+                "health": "ok" if running and health.probe(port, host=host) is None else "down",
+                "running": after.get(RUNNING),
+                "waiting": after.get(WAITING),
+                "tokens_per_s": (
+                    round((after[TOKENS] - start) / interval, 1)
+                    if start is not None and TOKENS in after and interval > 0
+                    else None
+                ),
+                "url": f"http://{host}:{port}",
+            }
+        )
+    return out

@@ -1,0 +1,111 @@
+"""`zenvllm status`'s verdicts (core/observed.py) and view, on what /proc, the engine
+and vLLM really print. The live view of a deployed host: tests/ansible/test_e2e.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from zenvllm.core import observed
+from zenvllm.core.observed import Planned, Seen
+from zenvllm.runtime import commands_status, status
+
+# Two lines of a real /proc/PID/numa_maps (a vLLM worker on node 0, one page on node 1).
+NUMA_MAPS = """\
+7f3a2c000000 default anon=65536 dirty=65536 active=0 N0=65535 N1=1 kernelpagesize_kB=4
+7f3a3c600000 default file=/usr/lib/libtorch.so mapped=12000 N0=12000 kernelpagesize_kB=4
+7f3a40000000 default file=/dev/shm/psm_1 dirty=3
+"""
+STATUS = (
+    "Name:\tVLLM::EngineCor\nCpus_allowed:\t3\nCpus_allowed_list:\t0-1\nMems_allowed_list:\t0\n"
+)
+PLAN = Planned(name="site-a-0", target="zen", cpus=frozenset({0, 1}), mems=frozenset({0}))
+
+
+def test_the_proc_files_are_read_as_the_kernel_writes_them():
+    assert observed.cpus_allowed(STATUS) == {0, 1}
+    assert observed.pages_per_node(NUMA_MAPS) == {0: 77535, 1: 1}
+    assert observed.local_ratio({0: 90, 1: 10}, frozenset({0})) == 0.9
+    assert observed.local_ratio({}, frozenset({0})) is None
+
+
+def test_an_instance_as_planned_has_no_problem():
+    seen = Seen(
+        cpus=frozenset({0, 1}),
+        mems=frozenset({0}),
+        threads={"1/1 python3": frozenset({0, 1}), "1/9 python3": frozenset({1})},
+        pages={0: 1000},
+        platform="ZenCpuPlatform",
+    )
+    assert observed.problems(PLAN, seen) == []
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"cpus": frozenset({0, 1, 2, 3})}, "cpuset 0-3 is not the planned 0-1"),
+        ({"mems": frozenset({1})}, "memory nodes 1 are not the planned 0"),
+        ({"threads": {"1/7 kv-connector": frozenset({5})}}, "1/7 kv-connector on 5"),
+        ({"pages": {0: 60, 1: 40}}, "60% of resident memory is on node 0"),
+        ({"platform": "CpuPlatform"}, "vLLM runs CpuPlatform (stock), not the zen target's"),
+    ],
+)
+def test_each_drift_is_named_with_its_values(change, says):
+    base = {"cpus": frozenset({0, 1}), "mems": frozenset({0}), "pages": {0: 1}}
+    problems = observed.problems(PLAN, Seen(**(base | change)))
+    assert len(problems) == 1 and says in problems[0], problems
+
+
+def test_the_containers_labels_are_the_plan_and_its_args_where_it_listens():
+    info = {
+        "Name": "/site-a-0",
+        "Args": ["--model=/model", "--host=10.0.0.5", "--port=8001"],
+        "Config": {
+            "Labels": {
+                "zenvllm.instance": "site-a-0",
+                "zenvllm.target": "zen",
+                "zenvllm.cpus": "0-1",
+                "zenvllm.mems": "0",
+                "zenvllm.port": "8001",
+            }
+        },
+    }
+    assert status.planned(info) == PLAN
+    assert status.listen(info) == ("10.0.0.5", 8001)
+
+
+def row(**change) -> dict:
+    base = {
+        "host": "llm-a",
+        "name": "site-a-0",
+        "cpus": [0, 1],
+        "node": [0],
+        "backend": "zentorch",
+        "placement": "ok",
+        "problems": [],
+        "health": "ok",
+        "running": 2.0,
+        "waiting": 0.0,
+        "tokens_per_s": 35.5,
+    }
+    return base | change
+
+
+def test_the_view_is_one_line_per_instance_then_each_problem():
+    drifted = row(name="site-a-1", cpus=[0, 1, 2], placement="drifted", problems=["cpuset 0-2"])
+    lines = commands_status.render([row(), drifted]).splitlines()
+    assert lines[0].split() == list(commands_status.COLUMNS)
+    assert lines[1].split() == [
+        "llm-a",
+        "site-a-0",
+        "0-1",
+        "0",
+        "zentorch",
+        "ok",
+        "ok",
+        "2",
+        "0",
+        "35.5",
+    ]
+    assert lines[2].split()[:6] == ["llm-a", "site-a-1", "0-2", "0", "zentorch", "drifted"]
+    assert lines[3] == "site-a-1: cpuset 0-2"
+    assert commands_status.render([]) == "no zenvllm instances on this host"
