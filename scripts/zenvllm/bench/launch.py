@@ -46,12 +46,14 @@ def container_settings(
     profile_dir: Path | None = None,
     compile_cache_dir: str = "",
     extra_env: dict[str, str] | None = None,
+    target: str = "vllm-openai",
 ) -> Request:
     """A deployment's settings for a bench run: the same image, model and security, its
     compile cache; plus vLLM's profiler (idle until asked) writing to `profile_dir`."""
     profiling = backend.serve_args() if profile_dir else []
     return Request(
         deployment="zenvllm-bench",
+        target=target,  # its containers' zenvllm.target label
         image=image,
         model_dir=str(model_dir),
         container_model_dir=MODEL_MOUNT,

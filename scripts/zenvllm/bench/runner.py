@@ -249,6 +249,7 @@ def start_servers(
             compile_cache_dir=settings.compile_cache_dir
             or (str(raw / RUN_CACHE) if s.instance else ""),
             extra_env=settings.serve_env,
+            target=config.target,
         )
         spec = (
             launch.llamacpp_launch(
