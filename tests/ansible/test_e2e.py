@@ -212,6 +212,15 @@ def test_an_instance_moved_to_other_cpus_is_reported_drifted(deployment):
         assert lines[1].split()[1:6] == [NAMES[0], "0", "0", "-", "ok"]
         assert lines[2].split()[1:6] == [NAMES[1], "0-1", "0", "-", "drifted"]
         assert f"{NAMES[1]}: cpuset 0-1 is not the planned 1 (moved after launch?)" in lines
+        # The same as Prometheus reads it (node_exporter's textfile collector).
+        prom = base / "zenvllm.prom"
+        assert host_status(base, "--no-backend", "--textfile", str(prom)).returncode == 1
+        ok = {
+            line.split("zenvllm_instance=")[1].split('"')[1]: line.rsplit(" ", 1)[1]
+            for line in prom.read_text().splitlines()
+            if line.startswith("zenvllm_placement_ok{")
+        }
+        assert ok == {NAMES[0]: "1", NAMES[1]: "0"}
     finally:
         engine.docker("update", "--cpuset-cpus", "1", NAMES[1])
     assert host_status(base, "--no-backend").returncode == 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from zenvllm.core import observed
+from zenvllm.core.errors import UserError
 from zenvllm.core.observed import Planned, Seen
 from zenvllm.runtime import commands_status, status
 
@@ -76,6 +77,10 @@ def test_the_containers_labels_are_the_plan_and_its_args_where_it_listens():
 def row(**change) -> dict:
     base = {
         "host": "llm-a",
+        "deployment": "site-a",
+        "target": "zen",
+        "platform": "ZenCpuPlatform",
+        "numa_local_ratio": 0.97,
         "name": "site-a-0",
         "cpus": [0, 1],
         "node": [0],
@@ -109,3 +114,33 @@ def test_the_view_is_one_line_per_instance_then_each_problem():
     assert lines[2].split()[:6] == ["llm-a", "site-a-1", "0-2", "0", "zentorch", "drifted"]
     assert lines[3] == "site-a-1: cpuset 0-2"
     assert commands_status.render([]) == "no zenvllm instances on this host"
+
+
+def test_the_metrics_say_placement_locality_health_and_backend_per_instance():
+    drifted = row(name="site-a-1", placement="drifted", problems=["a", "b"], platform="")
+    text = commands_status.exposition([row(), drifted])
+    one = 'deployment="site-a",zenvllm_instance="site-a-0",target="zen"'
+    two = 'deployment="site-a",zenvllm_instance="site-a-1",target="zen"'
+    for line in (
+        f"zenvllm_placement_ok{{{one}}} 1",
+        f"zenvllm_placement_ok{{{two}}} 0",
+        f"zenvllm_placement_problems{{{two}}} 2",
+        f"zenvllm_numa_local_ratio{{{one}}} 0.97",
+        f"zenvllm_instance_healthy{{{one}}} 1",
+        f'zenvllm_backend_info{{{one},backend="zentorch",platform="ZenCpuPlatform"}} 1',
+    ):
+        assert line in text.splitlines(), line
+    assert "site-a-1" not in text.split("zenvllm_backend_info")[-1]  # not asked: no series
+
+
+def test_the_textfile_replaces_only_its_own_file(tmp_path):
+    path = tmp_path / "zenvllm.prom"
+    text = commands_status.exposition([row()])
+    commands_status.write_textfile(path, text)
+    commands_status.write_textfile(path, text.replace(" 0.97", " 0.5"))
+    assert "} 0.5" in path.read_text()
+    theirs = tmp_path / "node.prom"
+    theirs.write_text("# HELP node_custom theirs\n")
+    with pytest.raises(UserError, match="not one zenvllm status wrote"):
+        commands_status.write_textfile(theirs, text)
+    assert theirs.read_text() == "# HELP node_custom theirs\n"

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
-from zenvllm.core import arguments
+from zenvllm.core import arguments, gate
+from zenvllm.core.errors import UserError
 from zenvllm.core.topology import format_cpu_list
 from zenvllm.runtime import status
+from zenvllm.runtime.atomic import write_atomically
 
 COLUMNS = ("host", "name", "cpus", "node", "backend", "placement", "health", "run", "wait", "tok/s")
 
@@ -52,9 +55,82 @@ def render(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+# Prometheus' exposition of the rows: node_exporter's textfile collector serves it.
+GAUGES = (
+    (
+        "zenvllm_placement_ok",
+        "1 when the instance runs as planned: cpuset, memory nodes, "
+        "thread affinity, memory locality and backend",
+        lambda r: r["placement"] == "ok",
+    ),
+    (
+        "zenvllm_placement_problems",
+        "How many ways the instance differs from its plan",
+        lambda r: len(r["problems"]),
+    ),
+    (
+        "zenvllm_numa_local_ratio",
+        "Share of the instance's resident memory on its planned node",
+        lambda r: r["numa_local_ratio"],
+    ),
+    (
+        "zenvllm_instance_healthy",
+        "1 when the instance answers /health",
+        lambda r: r["health"] == "ok",
+    ),
+)
+
+
+def quoted(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def exposition(rows: list[dict]) -> str:
+    """The rows as Prometheus metrics, one series per instance; vLLM's backend as an
+    info metric whose labels say what ran against what the target wanted."""
+    out = []
+    for name, text, value in GAUGES:
+        out += [f"# HELP {name} {text}.", f"# TYPE {name} gauge"]
+        for r in rows:
+            if (v := value(r)) is not None:
+                out.append(f"{name}{{{series(r)}}} {float(v):g}")
+    out += [
+        "# HELP zenvllm_backend_info The backend vLLM selected (asked in the running container).",
+        "# TYPE zenvllm_backend_info gauge",
+    ]
+    for r in rows:
+        if r["platform"]:
+            extra = f'backend="{quoted(r["backend"])}",platform="{quoted(r["platform"])}"'
+            out.append(f"zenvllm_backend_info{{{series(r)},{extra}}} 1")
+    return "\n".join(out) + "\n"
+
+
+def series(row: dict) -> str:
+    keys = (
+        ("deployment", row["deployment"]),
+        ("zenvllm_instance", row["name"]),
+        ("target", row["target"]),
+    )
+    return ",".join(f'{k}="{quoted(v)}"' for k, v in keys)
+
+
+def write_textfile(path: Path, text: str) -> None:
+    """Replace the file in one rename, only if it is one this wrote (by its first line)."""
+    there = gate.read_text(path, gate.SMALL, "name a file of its own", optional=True)
+    if there is not None and not there.startswith(text.split("\n", 1)[0]):
+        raise UserError(
+            f"--textfile {path}: the file there is not one zenvllm status wrote; name a "
+            "file of its own (e.g. zenvllm.prom in the collector's directory)"
+        )
+    write_atomically(path, text)
+
+
 def run(args: argparse.Namespace) -> int:
     rows = status.rows(args.deployment or "", ask_platform=not args.no_backend)
-    print(json.dumps(rows, indent=2) if args.json else render(rows))
+    if args.textfile:
+        write_textfile(args.textfile, exposition(rows))
+    else:
+        print(json.dumps(rows, indent=2) if args.json else render(rows))
     return 1 if any(r["placement"] != "ok" or r["health"] != "ok" for r in rows) else 0
 
 
@@ -70,5 +146,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="do not ask vLLM its platform (a python3 in each container, seconds each)",
     )
-    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    out = parser.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print the rows as JSON")
+    out.add_argument(
+        "--textfile",
+        type=Path,
+        help="write them as Prometheus metrics to this file instead (node_exporter's "
+        "textfile collector: a *.prom file in its directory), replaced in one rename",
+    )
     parser.set_defaults(func=run)

@@ -165,9 +165,11 @@ def rows(deployment: str = "", ask_platform: bool = True, interval: float = 1.0)
         start = before[info["Id"]].get(TOKENS)
         running = info.get("State", {}).get("Running", False)
         problems = observed.problems(plan, now) if running else ["not running"]
+        labels = info.get("Config", {}).get("Labels") or {}
         out.append(
             {
                 "host": socket.gethostname(),
+                "deployment": labels.get("zenvllm.deployment", ""),
                 "name": plan.name,
                 "target": plan.target,
                 "cpus": sorted(now.cpus),
