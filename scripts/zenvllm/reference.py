@@ -38,10 +38,10 @@ WIDTH = 88  # the defaults' comments and the CLI's --help, as a terminal shows t
 
 
 def role_default(name: str, spec: Spec, default: object) -> object:
-    """The role's default: a Jinja expression (or YAML's true/false), a playbook-wide
-    variable's, or the value."""
+    """The role's default: its own (a Jinja expression or a value), a playbook-wide
+    variable's, or the request's."""
     if spec.role_default is not None:
-        return {"true": True, "false": False}.get(spec.role_default, spec.role_default)
+        return spec.role_default
     if spec.inherit:
         return f"{{{{ {spec.inherit} | default({jinja_literal(plain(default))}) }}}}"
     return plain(default)

@@ -49,7 +49,7 @@ class Spec:
     path: bool = False  # an absolute path, or "" for none
     auto: bool = False  # "auto" or a whole number of `low` or more
     inherit: str = ""  # the playbook-wide variable the role's default follows
-    role_default: str | None = None  # the role's default, when not the Python one
+    role_default: Any = None  # the role's default when not the Python one (Jinja or a value)
     role_only: bool = False  # the role's business: not part of a request
     secret: bool = False  # never shown (no_log), never in a request
 
@@ -167,7 +167,7 @@ class Request:
         "with a warning in the plan and each instance's log); false refuses.",
         DEPLOY,
         flag="--allow-inactive",
-        role_default="true",
+        role_default=True,  # Ansible deploys zen or pace anywhere, loudly
     )
     layout: str = option(
         "contiguous",
