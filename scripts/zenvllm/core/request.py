@@ -431,43 +431,46 @@ def kind(name: str) -> str:
     )
 
 
-def check(name: str, value: Any, where: str) -> Any:
-    """One option's value, typed and limited as its Spec says (an InputError naming
-    `where`, the value, the limit and the fix otherwise)."""
-    spec, how = spec_of(name), kind(name)
-    fix = f"give {spec.example or 'a value as its help says'}; {FIX}"
-    if how == "count":
-        if value == "auto":
-            return value
-        if isinstance(value, str) and value.isdigit() and len(value) <= gate.MAX_DIGITS:
-            value = int(value)
-        return gate.whole(value, where, 1, 1 << 20, f"give auto or {spec.example}")
-    if how == "bool":
-        if not isinstance(value, bool):
-            raise gate.InputError(f"{where} is {gate.shown(value)}, not true or false; {FIX}")
+def _count(spec: Spec, value: Any, where: str, fix: str) -> Any:
+    if value == "auto":
         return value
-    if how == "int":
-        return gate.whole(value, where, int(spec.low or 0), int(spec.high or 1 << 31), fix)
-    if how == "float":
-        low, high = float(spec.low or 0), float(spec.high or 1 << 20)
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not (ok and math.isfinite(value) and low <= value <= high) or (
-            spec.above and value == low
-        ):
-            bounds = f"{'(' if spec.above else '['}{low:,g}, {high:,.0f}]"
-            raise gate.InputError(
-                f"{where} is {gate.shown(value)}, not a number in {bounds}; {fix}"
-            )
-        return float(value)
-    if how == "list":
-        return tuple(
-            gate.text(v, f"{where}[{i}]", FIX) for i, v in enumerate(gate.items(value, where, FIX))
-        )
-    if how == "dict":
-        return {
-            k: gate.text(v, f"{where}.{k[:40]}", FIX)
-            for k, v in gate.obj(value, where, FIX).items()
-        }
+    if isinstance(value, str) and value.isdigit() and len(value) <= gate.MAX_DIGITS:
+        value = int(value)  # -e key=value gives a string
+    return gate.whole(value, where, 1, 1 << 20, f"give auto or {spec.example}")
+
+
+def _bool(spec: Spec, value: Any, where: str, fix: str) -> bool:
+    if not isinstance(value, bool):
+        raise gate.InputError(f"{where} is {gate.shown(value)}, not true or false; {FIX}")
+    return value
+
+
+def _int(spec: Spec, value: Any, where: str, fix: str) -> int:
+    return gate.whole(value, where, int(spec.low or 0), int(spec.high or 1 << 31), fix)
+
+
+def _float(spec: Spec, value: Any, where: str, fix: str) -> float:
+    low, high = float(spec.low or 0), float(spec.high or 1 << 20)
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not (number and math.isfinite(value) and low <= value <= high) or (
+        spec.above and value == low
+    ):
+        bounds = f"{'(' if spec.above else '['}{low:,g}, {high:,.0f}]"
+        raise gate.InputError(f"{where} is {gate.shown(value)}, not a number in {bounds}; {fix}")
+    return float(value)
+
+
+def _list(spec: Spec, value: Any, where: str, fix: str) -> tuple[str, ...]:
+    items = gate.items(value, where, FIX)
+    return tuple(gate.text(v, f"{where}[{i}]", FIX) for i, v in enumerate(items))
+
+
+def _dict(spec: Spec, value: Any, where: str, fix: str) -> dict[str, str]:
+    given = gate.obj(value, where, FIX)
+    return {k: gate.text(v, f"{where}.{k[:40]}", FIX) for k, v in given.items()}
+
+
+def _str(spec: Spec, value: Any, where: str, fix: str) -> str:
     text = gate.text(value, where, FIX)
     if spec.choices and text not in spec.choices:
         raise gate.InputError(
@@ -484,6 +487,18 @@ def check(name: str, value: Any, where: str) -> Any:
             f'one, or "" for none; {FIX}'
         )
     return text
+
+
+CHECKS = {"count": _count, "bool": _bool, "int": _int, "float": _float, "list": _list}
+CHECKS |= {"dict": _dict, "str": _str}
+
+
+def check(name: str, value: Any, where: str) -> Any:
+    """One option's value, typed and limited as its Spec says (an InputError naming
+    `where`, the value, the limit and the fix otherwise)."""
+    spec = spec_of(name)
+    fix = f"give {spec.example or 'a value as its help says'}; {FIX}"
+    return CHECKS[kind(name)](spec, value, where, fix)
 
 
 def from_json(text: str, source: str = "--request") -> Request:
