@@ -45,6 +45,7 @@ def test_an_instance_as_planned_has_no_problem():
     [
         ({"cpus": frozenset({0, 1, 2, 3})}, "cpuset 0-3 is not the planned 0-1"),
         ({"mems": frozenset({1})}, "memory nodes 1 are not the planned 0"),
+        ({"mems": frozenset()}, "memory nodes unrestricted are not the planned 0"),
         ({"threads": {"1/7 kv-connector": frozenset({5})}}, "1/7 kv-connector on 5"),
         ({"pages": {0: 60, 1: 40}}, "60% of resident memory is on node 0"),
         ({"platform": "CpuPlatform"}, "vLLM runs CpuPlatform (stock), not the zen target's"),

@@ -66,18 +66,22 @@ def backend(platform: str) -> str:
     return BACKENDS.get(platform, platform or "unknown")
 
 
+def listed(ids: frozenset[int]) -> str:
+    """A cpuset as the kernel lists it; an empty one restricts nothing."""
+    return format_cpu_list(ids) or "unrestricted"
+
+
 def problems(planned: Planned, seen: Seen) -> list[str]:
     """Every way the instance differs from its plan, each naming the values ([] = none)."""
     out = []
     if seen.cpus != planned.cpus:
         out.append(
-            f"cpuset {format_cpu_list(seen.cpus)} is not the planned "
+            f"cpuset {listed(seen.cpus)} is not the planned "
             f"{format_cpu_list(planned.cpus)} (moved after launch?)"
         )
     if seen.mems != planned.mems:
         out.append(
-            f"memory nodes {format_cpu_list(seen.mems)} are not the planned "
-            f"{format_cpu_list(planned.mems)}"
+            f"memory nodes {listed(seen.mems)} are not the planned {format_cpu_list(planned.mems)}"
         )
     outside = {t: c for t, c in seen.threads.items() if not c <= planned.cpus}
     if outside:

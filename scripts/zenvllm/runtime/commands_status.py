@@ -125,8 +125,23 @@ def write_textfile(path: Path, text: str) -> None:
     write_atomically(path, text)
 
 
+def platforms(path: Path | None) -> dict[str, str]:
+    """The platforms asked before, by container start (--platform-cache)."""
+    if path is None:
+        return {}
+    fix = "name a file of its own, or delete this one (it is only a cache)"
+    found = gate.read_json(path, gate.SMALL, fix, optional=True) or {}
+    if not isinstance(found, dict) or not all(isinstance(v, str) for v in found.values()):
+        raise UserError(f"--platform-cache {path}: not a JSON object of strings; {fix}")
+    return found
+
+
 def run(args: argparse.Namespace) -> int:
-    rows = status.rows(args.deployment or "", ask_platform=not args.no_backend)
+    cache = None if args.no_backend else platforms(args.platform_cache)
+    rows = status.rows(args.deployment or "", cache)
+    if args.platform_cache and cache is not None:
+        live = {k: v for k, v in cache.items() if any(k.startswith(r["id"]) for r in rows)}
+        write_atomically(args.platform_cache, json.dumps(live, indent=1) + "\n")
     if args.textfile:
         write_textfile(args.textfile, exposition(rows))
     else:
@@ -145,6 +160,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--no-backend",
         action="store_true",
         help="do not ask vLLM its platform (a python3 in each container, seconds each)",
+    )
+    parser.add_argument(
+        "--platform-cache",
+        type=Path,
+        help="keep each container's platform here and ask vLLM again only after a restart "
+        "(for a timer: asking starts a python3 in the container)",
     )
     out = parser.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the rows as JSON")

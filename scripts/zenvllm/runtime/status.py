@@ -101,7 +101,22 @@ def threads(pid: int) -> dict[str, frozenset[int]]:
     return out
 
 
-def seen(info: dict, ask_platform: bool) -> Seen:
+def platform_of(info: dict, cache: dict[str, str]) -> str:
+    """vLLM's platform, asked in the running container once per start (a python3 that
+    imports vLLM: seconds), then from `cache`; "" when vLLM cannot be asked."""
+    key = f"{info.get('Id', '')}@{info.get('State', {}).get('StartedAt', '')}"
+    if key not in cache:
+        name = info.get("Name", "").lstrip("/")
+        try:
+            answer = docker("exec", name, "python3", "-c", PLATFORM_CODE, timeout=120)
+        except UserError:  # vLLM not importable there: no verdict, not a fallback
+            return ""
+        cache[key] = (answer.strip().splitlines() or [""])[-1]
+    return cache[key]
+
+
+def seen(info: dict, platforms: dict[str, str] | None) -> Seen:
+    """What the container does; its platform asked unless `platforms` is None."""
     host = info.get("HostConfig", {})
     pid = int(info.get("State", {}).get("Pid") or 0)
     members = pids(pid) if pid else []
@@ -113,19 +128,13 @@ def seen(info: dict, ask_platform: bool) -> Seen:
             read_proc(Path(f"/proc/{member}/numa_maps")) or ""
         ).items():
             pages[node] = pages.get(node, 0) + n
-    platform = ""
-    if ask_platform and pid:
-        name = info.get("Name", "").lstrip("/")
-        try:
-            platform = docker("exec", name, "python3", "-c", PLATFORM_CODE, timeout=120).strip()
-        except UserError:  # vLLM not importable there: no verdict, not a fallback
-            platform = ""
+    platform = platform_of(info, platforms) if pid and platforms is not None else ""
     return Seen(
         cpus=frozenset(parse_cpu_list(host.get("CpusetCpus") or "")),
         mems=frozenset(parse_cpu_list(host.get("CpusetMems") or "")),
         threads=every,
         pages=pages,
-        platform=platform.splitlines()[-1] if platform else "",
+        platform=platform,
     )
 
 
@@ -152,14 +161,17 @@ def metrics(host: str, port: int) -> dict[str, float]:
     return out
 
 
-def rows(deployment: str = "", ask_platform: bool = True, interval: float = 1.0) -> list[dict]:
-    """One row per instance: the plan, what runs, and the verdict."""
+def rows(
+    deployment: str = "", platforms: dict[str, str] | None = None, interval: float = 1.0
+) -> list[dict]:
+    """One row per instance: the plan, what runs, and the verdict; vLLM's platform
+    asked (and kept in `platforms`, by container start) unless it is None."""
     found = containers(deployment)
     before = {c["Id"]: metrics(*listen(c)) for c in found}
     time.sleep(interval if found else 0)
     out = []
     for info in found:
-        plan, now = planned(info), seen(info, ask_platform)
+        plan, now = planned(info), seen(info, platforms)
         host, port = listen(info)
         after = metrics(host, port)
         start = before[info["Id"]].get(TOKENS)
@@ -170,6 +182,7 @@ def rows(deployment: str = "", ask_platform: bool = True, interval: float = 1.0)
             {
                 "host": socket.gethostname(),
                 "deployment": labels.get("zenvllm.deployment", ""),
+                "id": info.get("Id", ""),
                 "name": plan.name,
                 "target": plan.target,
                 "cpus": sorted(now.cpus),
