@@ -569,6 +569,46 @@ def test_prometheus_has_every_target_up_and_the_rules(fleet):
     assert tested.returncode == 0, tested.stdout + tested.stderr
 
 
+def test_each_host_reports_its_instances_against_their_plan_to_prometheus(fleet):
+    """fleet-a's status timer (systemd is PID 1 there) writes `zenvllm status` for the
+    node exporter: its instance placed as planned, and the backend vLLM really runs.
+    (This host's instance has no timer: the engine supervises it. Drift on a host with
+    CPUs to spare: test_e2e.py; the alerts on such series: the rules' unit tests.)"""
+    name = f"{DEPLOYMENT}-0"
+    active = fleet.ssh("systemctl is-enabled zenvllm-status.timer; systemctl start zenvllm-status")
+    assert active.stdout.split() == ["enabled"], active.stdout + active.stderr
+    series = f'zenvllm_instance="{name}",host="{ROUTER_HOST}"'
+    queries = {
+        "placement": f"zenvllm_placement_ok{{{series}}}",
+        "healthy": f"zenvllm_instance_healthy{{{series}}}",
+        "local": f"zenvllm_numa_local_ratio{{{series}}}",
+        "backend": f"zenvllm_backend_info{{{series}}}",
+    }
+    deadline, found = time.monotonic() + 60, {}
+    while len(found) < len(queries):
+        assert time.monotonic() < deadline, f"Prometheus has only {sorted(found)}"
+        for key, query in queries.items():
+            answer = fleet.prometheus(f"/api/v1/query?{urllib.parse.urlencode({'query': query})}")
+            if answer["result"]:
+                found[key] = answer["result"][0]
+        time.sleep(2)
+    assert found["placement"]["value"][1] == "1" and found["healthy"]["value"][1] == "1"
+    assert float(found["local"]["value"][1]) == 1.0  # one NUMA node: every page on it
+    backend = found["backend"]["metric"]
+    assert (backend["target"], backend["backend"], backend["platform"]) == (
+        "vllm-openai",
+        "stock",
+        "CpuPlatform",
+    )
+    # The host's own view says the same.
+    view = fleet.ssh(
+        "PYTHONPATH=/opt/zenvllm/lib/zenvllm.pyz python3 -m zenvllm.runtime status --json"
+        " --platform-cache /opt/zenvllm/lib/status-platforms.json"
+    )
+    rows = json.loads(view.stdout)
+    assert [(r["name"], r["placement"], r["backend"]) for r in rows] == [(name, "ok", "stock")]
+
+
 def test_every_dashboard_query_returns_data_after_load(fleet):
     result = fleet.load(60).join()
     assert result.failed == 0, result.summary()
@@ -637,9 +677,11 @@ def test_absent_removes_the_router_the_monitoring_and_the_firewall(fleet):
     assert run.rc == 0 and run.failed() == 0, run.output[-6000:]
     gone = fleet.ssh(
         f"systemctl cat {DEPLOYMENT}-router.service; dpkg -s prometheus prometheus-node-exporter;"
-        f" nft list table inet {DEPLOYMENT.replace('-', '_')}_firewall; ls /opt/zenvllm/router",
+        f" nft list table inet {DEPLOYMENT.replace('-', '_')}_firewall; ls /opt/zenvllm/router;"
+        " ls /etc/systemd/system/zenvllm-status.* /var/lib/prometheus/node-exporter/zenvllm.prom",
         check=False,
     )
+    assert "zenvllm-status" not in gone.stdout and "zenvllm.prom" not in gone.stdout
     assert "vllm-router" not in gone.stdout and "Status: install ok" not in gone.stdout, gone.stdout
     assert not fleet.containers(ROUTER_HOST) and not fleet.containers("here")
     table = f"{DEPLOYMENT}-firewall".replace("-", "_")

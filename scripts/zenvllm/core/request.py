@@ -62,7 +62,7 @@ def option(default: Any, help: str, section: str, **spec: Any) -> Any:
     return field(default=default, metadata=meta)
 
 
-MODEL, DEPLOY, HOST, IMAGE, SECRETS, SUPERVISE, PATHS, ROLLOUT = (
+MODEL, DEPLOY, HOST, IMAGE, SECRETS, SUPERVISE, PATHS, CHECKS, ROLLOUT = (
     "The model",
     "The deployment",
     "The host the plan is for",
@@ -70,6 +70,7 @@ MODEL, DEPLOY, HOST, IMAGE, SECRETS, SUPERVISE, PATHS, ROLLOUT = (
     "Secrets",
     "Supervision and the engine",
     "Where things go on the host",
+    "Checks after launch",
     "Rollout",
 )
 
@@ -363,6 +364,22 @@ class Request:
         "it; in a checkout `make planner` makes it).",
         PATHS,
         role_default="{{ zenvllm_planner | default(role_path ~ '/files/zenvllm.pyz') }}",
+        role_only=True,
+    )
+    # -- checks after launch
+    status_textfile: str = option(
+        "/var/lib/prometheus/node-exporter/zenvllm.prom",
+        "Where a systemd timer writes `zenvllm status` as metrics for the node exporter's "
+        "textfile collector: each instance's placement, memory locality, health and backend "
+        '("" = no timer; it waits until the directory exists).',
+        CHECKS,
+        path=True,
+        role_only=True,
+    )
+    status_interval: str = option(
+        "30s",
+        "How often the timer checks every instance against its plan (systemd time span).",
+        CHECKS,
         role_only=True,
     )
     # -- rollout
