@@ -5,6 +5,7 @@ half-written, says so, and exits non-zero."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -33,26 +34,37 @@ def big_wheelhouse():
     house.rmdir()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_render_interrupted_mid_write_leaves_nothing(tmp_path, big_wheelhouse, sig):
+def interrupted_render(tmp_path: Path, wheelhouse: Path, sig: signal.Signals):
+    """`zenvllm render` signalled as soon as its staging directory appears: the 2 GiB
+    copy still lies ahead (waiting for the copy itself to start lost the race on a fast
+    machine, whose kernel copies the sparse wheel in a fraction of a second)."""
     out = tmp_path / "ctx"
     proc = subprocess.Popen(
-        [*RENDER, "--wheelhouse", str(big_wheelhouse), "--output", str(out)],
+        [*RENDER, "--wheelhouse", str(wheelhouse), "--output", str(out)],
         env=ENV,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    # Signalled as soon as the staging directory appears: the 2 GiB copy still lies
-    # ahead (waiting for the copy itself to start lost the race on a fast machine,
-    # whose kernel copies the sparse wheel in a fraction of a second).
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not list(tmp_path.glob(".ctx.tmp-*")):
         time.sleep(0.005)
     assert list(tmp_path.glob(".ctx.tmp-*")), "render never staged its output"
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 128 + sig
+    return proc.returncode, err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_render_interrupted_mid_write_leaves_nothing(tmp_path, big_wheelhouse, sig):
+    # On a loaded machine this poller may wake only after render finished (exit 0, a
+    # whole output): that run interrupted nothing, so it is made again, at most 3 times.
+    for _ in range(3):
+        rc, err = interrupted_render(tmp_path, big_wheelhouse, sig)
+        if rc != 0:
+            break
+        shutil.rmtree(tmp_path / "ctx")
+    assert rc == 128 + sig
     assert f"zenvllm render: interrupted ({sig.name}); nothing half-written was left" in err
     assert list(tmp_path.iterdir()) == []  # no output, no staging directory
 
