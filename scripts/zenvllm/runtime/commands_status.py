@@ -37,7 +37,7 @@ def render(rows: list[dict]) -> str:
             r["name"],
             format_cpu_list(r["cpus"]),
             format_cpu_list(r["node"]),
-            r["backend"],
+            cell(r["backend"]),
             r["placement"],
             r["health"],
             cell(r["running"]),
