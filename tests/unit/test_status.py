@@ -97,7 +97,9 @@ def row(**change) -> dict:
 
 
 def test_the_view_is_one_line_per_instance_then_each_problem():
-    drifted = row(name="site-a-1", cpus=[0, 1, 2], placement="drifted", problems=["cpuset 0-2"])
+    drifted = row(
+        name="site-a-1", cpus=[0, 1, 2], backend="", placement="drifted", problems=["cpuset 0-2"]
+    )
     lines = commands_status.render([row(), drifted]).splitlines()
     assert lines[0].split() == list(commands_status.COLUMNS)
     assert lines[1].split() == [
@@ -112,7 +114,7 @@ def test_the_view_is_one_line_per_instance_then_each_problem():
         "0",
         "35.5",
     ]
-    assert lines[2].split()[:6] == ["llm-a", "site-a-1", "0-2", "0", "zentorch", "drifted"]
+    assert lines[2].split()[:6] == ["llm-a", "site-a-1", "0-2", "0", "-", "drifted"]
     assert lines[3] == "site-a-1: cpuset 0-2"
     assert commands_status.render([]) == "no zenvllm instances on this host"
 
