@@ -98,7 +98,7 @@ def argument_specs_yml() -> str:
         kind = request.kind(name)
         typ = "path" if spec.path and default else ANSIBLE_TYPES.get(kind, "raw")
         typ = "dict" if kind == "dict" else typ
-        entry: dict = {"type": typ, "description": description(name, spec, default)}
+        entry: dict = {"type": typ, "description": description(spec)}
         if kind == "list":
             entry["elements"] = "str"
         if spec.choices:
@@ -126,7 +126,7 @@ def argument_specs_yml() -> str:
     return "---\n" + text
 
 
-def description(name: str, spec: Spec, default: object) -> str:
+def description(spec: Spec) -> str:
     words = [spec.help]
     if spec.inherit:
         words.append(f"Defaults to {spec.inherit}.")
@@ -160,7 +160,7 @@ def shown(value: object) -> str:
     return f"`{text}`" if text != "" else '`""`'
 
 
-def request_entries(names: list[str] | None = None) -> list[str]:
+def request_entries() -> list[str]:
     out, section = [], ""
     for name, spec, default in request.specs():
         if spec.section != section:
