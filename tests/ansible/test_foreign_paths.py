@@ -180,6 +180,19 @@ def test_the_instances_role_refuses_a_compile_cache_directory_it_did_not_make(tm
     assert [p.name for p in theirs.iterdir()] == ["notes.txt"]
 
 
+def test_the_instances_role_refuses_a_status_timer_it_did_not_write(tmp_path):
+    units = tmp_path / "units"
+    units.mkdir()
+    theirs = units / "zenvllm-status.timer"
+    theirs.write_text("# the operator's own timer\n[Timer]\nOnCalendar=daily\n")
+    variables = {"zenvllm_instances_unit_dir": str(units)}
+    run = run_tasks(tmp_path, [("zenvllm_instances", "status")], variables)
+    assert run.rc != 0
+    assert f"{theirs} on localhost is not zenvllm's" in " ".join(run.output.split())
+    assert sorted(p.name for p in units.iterdir()) == ["zenvllm-status.timer"]
+    assert theirs.read_text() == "# the operator's own timer\n[Timer]\nOnCalendar=daily\n"
+
+
 def test_pruning_compile_caches_removes_only_this_deployments_stale_keys(tmp_path):
     """Older keys and unplanned instances of this deployment go; the current key, other
     deployments' caches and names that only look alike stay."""

@@ -3,6 +3,8 @@ and vLLM really print. The live view of a deployed host: tests/ansible/test_e2e.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from zenvllm.core import observed
@@ -147,3 +149,15 @@ def test_the_textfile_replaces_only_its_own_file(tmp_path):
     with pytest.raises(UserError, match="not one zenvllm status wrote"):
         commands_status.write_textfile(theirs, text)
     assert theirs.read_text() == "# HELP node_custom theirs\n"
+
+
+def test_the_platform_cache_is_read_only_from_a_file_it_wrote(tmp_path):
+    path = tmp_path / "status-platforms.json"
+    assert commands_status.platforms(path) == {}  # none yet
+    path.write_text(json.dumps(commands_status.CACHE_MARK | {"abc@t0": "CpuPlatform"}))
+    assert commands_status.platforms(path) == {"abc@t0": "CpuPlatform"}
+    theirs = tmp_path / "theirs.json"
+    theirs.write_text('{"abc@t0": "CpuPlatform"}')  # strings, but not zenvllm's
+    with pytest.raises(UserError, match="not a platform cache zenvllm status wrote"):
+        commands_status.platforms(theirs)
+    assert theirs.read_text() == '{"abc@t0": "CpuPlatform"}'

@@ -19,6 +19,7 @@ from pathlib import Path
 from zenvllm.bench import http_client, layouts
 from zenvllm.bench.layouts import Configuration
 from zenvllm.core import gate
+from zenvllm.core.observed import PLATFORM_CODE, PLATFORMS
 from zenvllm.image.engine import DOCKER
 from zenvllm.runtime import launcher
 
@@ -30,9 +31,8 @@ PROFILER_CONFIG = {
     "torch_profiler_with_stack": False,
     "ignore_frontend": True,
 }
-PLATFORM_CODE = "from vllm.platforms import current_platform as p; print(type(p).__name__)"
 # Which platform each image target wants, and the operator namespace that proves it ran.
-WANTED = {"zen": ("ZenCpuPlatform", "zentorch::"), "pace": ("PacePlatform", "pace::")}
+WANTED = {t: (PLATFORMS[t], ns) for t, ns in (("zen", "zentorch::"), ("pace", "pace::"))}
 TOP = 8  # operators kept per server, by self CPU time
 
 

@@ -54,13 +54,14 @@ def instances(value: str) -> int | None:
     return None if value == "auto" else whole(1, example=2)(value)
 
 
+# A container name prefix: what docker, systemd and the env files all accept.
+NAME = re.compile(r"[a-z][a-z0-9-]{0,40}")
+NAME_RULE = "a name of lowercase letters, digits and dashes (up to 41, starting with a letter)"
+
+
 def name(value: str) -> str:
-    """A container name prefix: what docker, systemd and the env files all accept."""
-    if not re.fullmatch(r"[a-z][a-z0-9-]{0,40}", value):
-        raise argparse.ArgumentTypeError(
-            f"{value!r} is not a name of lowercase letters, digits and dashes (up to 41, "
-            "starting with a letter); e.g. zenvllm"
-        )
+    if not NAME.fullmatch(value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not {NAME_RULE}; e.g. zenvllm")
     return value
 
 

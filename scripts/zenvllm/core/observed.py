@@ -16,6 +16,8 @@ from zenvllm.core.topology import format_cpu_list, parse_cpu_list
 
 # Resident pages on the planned node below this share: memory is on the wrong node.
 LOCAL_MIN = 0.9
+# How to ask vLLM, inside its container, which platform it selected.
+PLATFORM_CODE = "from vllm.platforms import current_platform as p; print(type(p).__name__)"
 # vLLM's platform class per image target: what `current_platform` is when it accelerates.
 PLATFORMS = {"vllm-openai": "CpuPlatform", "zen": "ZenCpuPlatform", "pace": "PacePlatform"}
 BACKENDS = {"CpuPlatform": "stock", "ZenCpuPlatform": "zentorch", "PacePlatform": "pace"}

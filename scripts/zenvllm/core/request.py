@@ -23,13 +23,13 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from zenvllm.core import gate
+from zenvllm.core.arguments import NAME, NAME_RULE
 from zenvllm.core.flavors import PRESETS
 from zenvllm.core.targets import TARGETS
 
 ROLE_PREFIX = "zenvllm_instances_"
 LAYOUTS = ("contiguous", "interleaved")
 SUPERVISORS = ("auto", "systemd", "engine")
-NAME = re.compile(r"[a-z][a-z0-9-]{0,40}")  # what docker, systemd and env files all accept
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,7 @@ class Request:
         "containers are pruned (several deployments can share one engine).",
         DEPLOY,
         flag="--deployment",
-        pattern=NAME,
+        pattern=NAME,  # the rule of core/arguments.py's name
         example="zenvllm",
     )
     count: str | int = option(
@@ -495,8 +495,7 @@ def _str(spec: Spec, value: Any, where: str, fix: str) -> str:
         )
     if spec.pattern and not spec.pattern.fullmatch(text):
         raise gate.InputError(
-            f"{where} is {gate.shown(text)}, not a name of lowercase letters, digits and "
-            f"dashes (up to 41, starting with a letter); give e.g. {spec.example}"
+            f"{where} is {gate.shown(text)}, not {NAME_RULE}; give e.g. {spec.example}"
         )
     if spec.path and text and (not text.startswith("/") or any(c in text for c in ":,\n")):
         raise gate.InputError(
@@ -536,13 +535,3 @@ def from_json(text: str, source: str = "--request") -> Request:
             "(behind the host's gateway) or the host's private address (behind a router)"
         ) from None
     return request
-
-
-def to_json_dict(request: Request) -> dict:
-    """The request as JSON holds it: the fields a request may carry."""
-    out = {}
-    for name, spec, _ in specs():
-        if not spec.role_only:
-            value = getattr(request, name)
-            out[name] = list(value) if isinstance(value, tuple) else value
-    return out

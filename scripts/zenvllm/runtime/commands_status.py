@@ -125,15 +125,25 @@ def write_textfile(path: Path, text: str) -> None:
     write_atomically(path, text)
 
 
+# The platform cache's own key: a file without it is not one this wrote.
+CACHE_MARK = {"#": "zenvllm status: vLLM's platform per container start"}
+
+
 def platforms(path: Path | None) -> dict[str, str]:
-    """The platforms asked before, by container start (--platform-cache)."""
+    """The platforms asked before, by container start (--platform-cache); a file there
+    that this did not write is refused, never read as a cache or replaced."""
     if path is None:
         return {}
-    fix = "name a file of its own, or delete this one (it is only a cache)"
-    found = gate.read_json(path, gate.SMALL, fix, optional=True) or {}
-    if not isinstance(found, dict) or not all(isinstance(v, str) for v in found.values()):
-        raise UserError(f"--platform-cache {path}: not a JSON object of strings; {fix}")
-    return found
+    fix = "name a file of its own (zenvllm status writes it)"
+    found = gate.read_json(path, gate.SMALL, fix, optional=True)
+    if found is None:
+        return {}
+    ours = isinstance(found, dict) and found.get("#") == CACHE_MARK["#"]
+    if not ours or not all(isinstance(v, str) for v in found.values()):
+        raise UserError(
+            f"--platform-cache {path}: not a platform cache zenvllm status wrote; {fix}"
+        )
+    return {k: v for k, v in found.items() if k != "#"}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -141,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     rows = status.rows(args.deployment or "", cache)
     if args.platform_cache and cache is not None:
         live = {k: v for k, v in cache.items() if any(k.startswith(r["id"]) for r in rows)}
-        write_atomically(args.platform_cache, json.dumps(live, indent=1) + "\n")
+        write_atomically(args.platform_cache, json.dumps(CACHE_MARK | live, indent=1) + "\n")
     if args.textfile:
         write_textfile(args.textfile, exposition(rows))
     else:

@@ -7,6 +7,7 @@ Standard library only (hosts run it as `python3 -m zenvllm.runtime status`).
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import socket
@@ -21,7 +22,6 @@ from zenvllm.core.observed import Planned, Seen
 from zenvllm.core.topology import parse_cpu_list
 from zenvllm.runtime import health
 
-PLATFORM_CODE = "from vllm.platforms import current_platform as p; print(type(p).__name__)"
 # vLLM's gauges and counter the view shows (its Prometheus names).
 RUNNING, WAITING, TOKENS = (
     "vllm:num_requests_running",
@@ -108,7 +108,7 @@ def platform_of(info: dict, cache: dict[str, str]) -> str:
     if key not in cache:
         name = info.get("Name", "").lstrip("/")
         try:
-            answer = docker("exec", name, "python3", "-c", PLATFORM_CODE, timeout=120)
+            answer = docker("exec", name, "python3", "-c", observed.PLATFORM_CODE, timeout=120)
         except UserError:  # vLLM not importable there: no verdict, not a fallback
             return ""
         cache[key] = (answer.strip().splitlines() or [""])[-1]
@@ -156,8 +156,12 @@ def metrics(host: str, port: int) -> dict[str, float]:
         return {}
     out: dict[str, float] = {}
     for name, value in re.findall(r"^([a-z_:]+)(?:\{[^}]*\})? ([0-9.eE+-]+)$", text, re.M):
-        if name in (RUNNING, WAITING, TOKENS):
-            out[name] = out.get(name, 0.0) + float(value)
+        try:
+            number = float(value)
+        except ValueError:  # "1.2.3" fits the pattern, not a number: not vLLM's
+            continue
+        if name in (RUNNING, WAITING, TOKENS) and math.isfinite(number):
+            out[name] = out.get(name, 0.0) + number
     return out
 
 
