@@ -15,29 +15,35 @@ affinity, taskset for the plays here), as real hosts have their own cores: an
 instance (re)starting beside the other host's busy vLLM on a shared core was
 starved for minutes. Under load, every instance of one host is killed and a
 rolling update crosses both hosts: no request may fail. Prometheus must have
-every target up, its rules loaded, and data for every panel of the dashboard.
+every target up, its rules loaded, and data for every panel of the dashboard under
+every choice of its variables. A killed instance's alert reaches a webhook receiver
+here through the role's Alertmanager, then resolves. The status playbook shows the
+fleet as one table, with the router's view.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
 import ssl
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 import yaml
 from conftest import REPO, require, require_tool
-from support import engine, gateway
+from support import engine, gateway, role_template
 from support.ansible_run import ANSIBLE_DIR, changed_tasks, planner_zipapp, playbook
 from support.load import BackgroundLoad
 from support.tiny_model import ensure_tiny_model
@@ -58,12 +64,52 @@ ROUTER_HOST = "fleet-a"
 SSH_ARGS = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
 ROLLOUT_ENV = {"ZENVLLM_ROLLOUT": "2"}  # what the rolling update changes
 EXACT = {"ignore_eos": True}  # the random tiny model may end early otherwise
-DASHBOARD = ANSIBLE_DIR / "roles/zenvllm_monitoring/files/zenvllm-fleet.json"
+MONITORING = ANSIBLE_DIR / "roles/zenvllm_monitoring"
+DASHBOARD = MONITORING / "files/zenvllm-fleet.json"
+WEBHOOK_PORT = 18390  # the test's own receiver of Alertmanager's webhooks, on this machine
+
+
+class Webhook:
+    """An operator's receiver: every JSON body Alertmanager POSTs, in order."""
+
+    def __init__(self, address: str):
+        self.received: list[dict] = []
+        received = self.received
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                received.append(json.loads(body))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer((address, WEBHOOK_PORT), Handler)
+        self.url = f"http://{address}:{WEBHOOK_PORT}/alerts"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def alerts(self, status: str, alertname: str, **labels) -> list[dict]:
+        """The alerts of that name and labels in notifications of that status."""
+        return [
+            alert
+            for message in list(self.received)
+            if message.get("status") == status
+            for alert in message.get("alerts", [])
+            if alert["labels"].get("alertname") == alertname
+            and all(alert["labels"].get(k) == v for k, v in labels.items())
+        ]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 class Fleet:
-    def __init__(self, machine, inventory, variables, here: str, here_cpus: str):
+    def __init__(self, machine, inventory, variables, here: str, here_cpus: str, webhook):
         self.machine, self.inventory, self.variables = machine, inventory, variables
+        self.webhook = webhook
         self.here_cpus = here_cpus  # the CPUs the plays (and so the planner) here see
         self.router_address = machine.address
         self.here = here  # this machine's address on the bridge
@@ -117,6 +163,9 @@ class Fleet:
         status, text = self.get(f"http://{self.router_address}:9090{path}")
         assert status == 200, text
         return json.loads(text)["data"]
+
+    def query(self, expr: str) -> list:
+        return self.prometheus(f"/api/v1/query?{urllib.parse.urlencode({'query': expr})}")["result"]
 
     def router_state(self, what: str) -> str:
         """What the router thought, for a failure's message."""
@@ -259,6 +308,7 @@ def fleet(tmp_path_factory):
     remove_here()
     with nspawn_fleet([ROUTER_HOST], work, cpus={ROUTER_HOST: router_cpus}) as machines:
         machine = machines[0]
+        webhook = Webhook(here)  # on the bridge, which exists from here on
         inventory = work / "inventory.yml"
         remote = {
             "ansible_host": machine.address,
@@ -315,12 +365,19 @@ def fleet(tmp_path_factory):
             "zenvllm_router_wheelhouse": str(router_wheelhouse()),
             "zenvllm_monitoring_scrape_interval": "2s",
             "zenvllm_monitoring_evaluation_interval": "2s",
+            # Alerts to the test's receiver, quickly: an instance down 10 s fires, and
+            # Alertmanager sends a group at once and its resolution within 5 s.
+            "zenvllm_monitoring_down_for": "10s",
+            "zenvllm_monitoring_alert_webhooks": [webhook.url],
+            "zenvllm_monitoring_alert_group_wait": "1s",
+            "zenvllm_monitoring_alert_group_interval": "5s",
             "zenvllm_verify_health_timeout": 600,
         }
-        fleet = Fleet(machine, inventory, variables, here, here_cpus)
+        fleet = Fleet(machine, inventory, variables, here, here_cpus, webhook)
         yield fleet
         fleet.deploy(zenvllm_state="absent")
         remove_here()
+        webhook.close()
     os.unlink(archive)  # 3 GB: pytest keeps its temporary directories
 
 
@@ -469,6 +526,48 @@ def test_killing_every_instance_of_one_host_under_load_fails_nothing(fleet, wher
     fleet.wait_router_healthy()
 
 
+def test_a_killed_instance_alerts_the_operators_webhook_then_resolves(fleet):
+    """Prometheus -> the role's Alertmanager -> the receiver the operator named (a
+    webhook on this machine): this host's instance killed and kept down, the alert
+    arrives with its host, description and runbook; started again, it resolves."""
+    fleet.wait_router_healthy()
+    (victim,) = fleet.containers("here")
+    policy = engine.docker("inspect", "--format", "{{.HostConfig.RestartPolicy.Name}}", victim)
+    engine.docker("update", "--restart=no", victim)
+    since = time.time()
+    pid = engine.docker("inspect", "--format", "{{.State.Pid}}", victim).stdout.strip()
+    os.kill(int(pid), signal.SIGKILL)
+    wanted = {"alertname": "ZenvllmInstanceDown", "host": "localhost"}
+
+    def arrived(status: str) -> list[dict]:
+        return [
+            a
+            for a in fleet.webhook.alerts(status, **wanted)
+            if a["startsAt"] >= time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(since - 5))
+        ]
+
+    try:
+        deadline = time.monotonic() + 120
+        while not (firing := arrived("firing")):
+            assert time.monotonic() < deadline, f"no alert at the webhook: {fleet.webhook.received}"
+            time.sleep(1)
+        print(f"alert at the webhook {time.time() - since:.0f} s after the kill")
+    finally:  # back as the operator would: its supervisor again, then started
+        engine.docker("update", f"--restart={policy.stdout.strip()}", victim)
+        engine.docker("start", victim)
+    alert = firing[0]
+    assert alert["labels"]["instance"] == f"{fleet.here}:{PORT}"
+    assert alert["labels"]["severity"] == "critical"
+    assert alert["annotations"]["runbook"].startswith("Run `zenvllm status` on localhost")
+    assert alert["annotations"]["description"]
+    deadline = time.monotonic() + 600
+    while not [a for a in arrived("resolved") if a["startsAt"] == alert["startsAt"]]:
+        assert time.monotonic() < deadline, f"never resolved: {fleet.webhook.received[-3:]}"
+        time.sleep(2)
+    print(f"resolved at the webhook {time.time() - since:.0f} s after the kill")
+    fleet.wait_router_healthy()
+
+
 def test_a_rolling_update_across_hosts_fails_nothing(fleet):
     before = {where: fleet.containers(where) for where in (ROUTER_HOST, "here")}
     # Steady but not saturating: while one host restarts, the other (one core here)
@@ -563,11 +662,20 @@ def test_prometheus_has_every_target_up_and_the_rules(fleet):
     assert all(r["health"] == "ok" for g in groups.values() for r in g["rules"])
     check = fleet.ssh("promtool check rules /etc/prometheus/zenvllm.rules.yml", check=False)
     assert check.returncode == 0, check.stdout + check.stderr
-    # And the alerts fire when they should (promtool's rule unit tests).
+    # And the alerts fire when they should (promtool's rule unit tests), on the rules
+    # with the role's default thresholds (this fleet's are shortened for the test).
     cases = (REPO / "tests/fixtures/prometheus/zenvllm_rules_test.yml").read_text()
-    fleet.ssh(f"cat > /tmp/zenvllm_rules_test.yml <<'EOF'\n{cases}EOF")
-    tested = fleet.ssh("promtool test rules /tmp/zenvllm_rules_test.yml", check=False)
+    rules = role_template.render(MONITORING, "zenvllm.rules.yml.j2")
+    fleet.ssh(
+        "mkdir -p /tmp/zenvllm-rules && cd /tmp/zenvllm-rules && "
+        f"cat > zenvllm_rules_test.yml <<'EOF'\n{cases}EOF\n"
+        f"cat > zenvllm.rules.yml <<'EOF'\n{rules}EOF"
+    )
+    tested = fleet.ssh("promtool test rules /tmp/zenvllm-rules/zenvllm_rules_test.yml", check=False)
     assert tested.returncode == 0, tested.stdout + tested.stderr
+    # Prometheus sends its alerts to the role's Alertmanager, which is up.
+    managers = fleet.prometheus("/api/v1/alertmanagers")["activeAlertmanagers"]
+    assert [m["url"] for m in managers] == ["http://127.0.0.1:9093/api/v2/alerts"], managers
 
 
 def test_each_host_reports_its_instances_against_their_plan_to_prometheus(fleet):
@@ -626,20 +734,83 @@ def test_each_host_reports_its_instances_against_their_plan_to_prometheus(fleet)
     assert alert["annotations"]["runbook"].startswith(f"Run `zenvllm status` on {ROUTER_HOST}")
 
 
-def test_every_dashboard_query_returns_data_after_load(fleet):
+def test_the_status_playbook_shows_the_fleet_with_the_routers_view(fleet):
+    """One table of both hosts' instances, as their own `zenvllm status` sees them and
+    as the router does; the run fails naming fleet-a's unconfined instance."""
+    fleet.wait_router_healthy()
+    run = playbook(
+        "-i",
+        str(fleet.inventory),
+        extra_vars=fleet.variables,
+        playbook_file="playbooks/status.yml",
+        cpus=fleet.here_cpus,
+    )
+    assert run.rc != 0 and run.changed() == 0, run.output[-4000:]
+    rows = {}
+    for line in run.output.splitlines():
+        cells = line.strip().strip('",').split()
+        if len(cells) == 11 and cells[1] == f"{DEPLOYMENT}-0":
+            rows[cells[0]] = cells
+    here_cpus = format_cpu_list(int(c) for c in fleet.here_cpus.split(","))
+    assert set(rows) == {ROUTER_HOST, "localhost"}, run.output[-4000:]
+    # host name cpus node backend placement health router (run wait tok/s: numbers)
+    assert rows["localhost"][2:8] == [here_cpus, "0", "stock", "ok", "ok", "healthy"]
+    assert rows[ROUTER_HOST][3:8] == ["0", "stock", "drifted", "ok", "healthy"]
+    assert rows[ROUTER_HOST][2] == "unrestricted", rows  # its engine keeps no cpuset
+    assert all(float(cell) >= 0 for row in rows.values() for cell in row[8:]), rows
+    assert "cpuset unrestricted is not the planned" in run.output
+
+
+def grafana(expr: str, choice: dict[str, str]) -> str:
+    """A query as Grafana sends it: each $variable replaced by its value, a regex (a
+    single value escaped as Grafana's Prometheus data source escapes it)."""
+    for name, value in choice.items():
+        expr = expr.replace(f"${name}", value)
+    return expr
+
+
+def test_every_dashboard_query_returns_data_for_every_variable(fleet):
+    """After load, each panel of the dashboard has data with every variable at All,
+    and with one host, model and instance chosen (fleet-a's, where the status timer
+    runs); each variable's own query lists the fleet's values."""
     result = fleet.load(60).join()
     assert result.failed == 0, result.summary()
     time.sleep(6)  # a few scrapes after the load
-    panels = json.loads(DASHBOARD.read_text())["panels"]
+    board = json.loads(DASHBOARD.read_text())
+    variables = {v["name"]: v for v in board["templating"]["list"] if v["type"] == "query"}
+    assert set(variables) == {"host", "model", "instance"}
+    every = {name: v["allValue"] for name, v in variables.items()}
+    # label_values(metric, label) is Grafana's call to Prometheus' series API.
+    values = {}
+    for name, v in variables.items():
+        metric, label = re.fullmatch(r"label_values\((.+), (\w+)\)", v["query"]["query"]).groups()
+        found = fleet.prometheus(
+            "/api/v1/series?" + urllib.parse.urlencode({"match[]": grafana(metric, every)})
+        )
+        values[name] = sorted({series[label] for series in found if label in series})
+    address = fleet.router_address
+    assert values == {
+        "host": ["fleet-a", "localhost"],
+        "model": ["tiny-llama"],
+        "instance": sorted([f"{address}:{PORT}", f"{fleet.here}:{PORT}"]),
+    }
+    one = {
+        "host": "fleet-a",
+        "model": "tiny-llama",
+        "instance": re.escape(f"{address}:{PORT}").replace("\\", "\\\\"),
+    }
+    panels = [p for p in board["panels"] if p["type"] != "row"]
     empty = []
-    for panel in panels:
-        for target in panel["targets"]:
-            query = urllib.parse.urlencode({"query": target["expr"]})
-            data = fleet.prometheus(f"/api/v1/query?{query}")
-            if not data["result"]:
-                empty.append(f"{panel['title']}: {target['expr']}")
+    for choice in (every, one):
+        for panel in panels:
+            for target in panel["targets"]:
+                if not fleet.query(grafana(target["expr"], choice)):
+                    empty.append(f"{panel['title']} with {choice}: {target['expr']}")
     assert not empty, empty
-    assert len(panels) >= 8
+    assert len(panels) >= 14
+    # The variables filter: the other host's instance is not in fleet-a's view.
+    tokens = grafana(panels[0]["targets"][0]["expr"], one)
+    assert {r["metric"]["host"] for r in fleet.query(tokens)} == {"fleet-a"}
 
 
 def test_bench_results_land_next_to_the_fleet_metrics(fleet, tmp_path):

@@ -56,6 +56,7 @@ REPO_PACKAGES = (
     "nftables",
     "prometheus",
     "prometheus-node-exporter",
+    "prometheus-alertmanager",
     # A cloud VM's first boot (tests/ansible/test_cloud_vms.py): Debian's cloud-init in
     # the image, and what the example user data installs; rsync for model delivery.
     "cloud-init",
@@ -63,7 +64,7 @@ REPO_PACKAGES = (
     "sudo",
     "rsync",
 )
-RECIPE = 1  # bump when the rootfs recipe changes
+RECIPE = 2  # bump when the rootfs recipe changes
 BRIDGE = "zvnsbr0"
 SUBNET = "10.231.7"  # private, only these hosts use it
 NSPAWN_FLAGS = (

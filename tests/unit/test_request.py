@@ -14,8 +14,7 @@ from dataclasses import fields
 
 import pytest
 import yaml
-from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar, trust_as_template
+from support import role_template
 
 from zenvllm import reference
 from zenvllm.core import request
@@ -62,14 +61,8 @@ def test_each_option_is_a_role_variable_with_its_default_and_spec():
 def render_request(overrides: dict) -> str:
     """The role's request.json.j2 rendered by Ansible's own templar over the role's
     defaults (its Jinja defaults resolved as a lone host's inventory would)."""
-    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
-    inventory = {"groups": {}, "hostvars": {}, "role_path": str(ROLE)}
-    variables = inventory | {
-        k: trust_as_template(v) if isinstance(v, str) else v for k, v in defaults.items()
-    }
-    variables |= {ROLE_PREFIX + k: v for k, v in overrides.items()}
-    templar = Templar(loader=DataLoader(), variables=variables)
-    return templar.template(trust_as_template((ROLE / "templates" / "request.json.j2").read_text()))
+    overrides = {ROLE_PREFIX + k: v for k, v in overrides.items()}
+    return role_template.render(ROLE, "request.json.j2", **overrides)
 
 
 def test_the_roles_request_passes_the_planners_gate_typed():

@@ -94,6 +94,9 @@ def row(**change) -> dict:
         "running": 2.0,
         "waiting": 0.0,
         "tokens_per_s": 35.5,
+        "model": "qwen",
+        "url": "http://10.0.0.5:8001",
+        "router": None,
     }
     return base | change
 
@@ -112,20 +115,22 @@ def test_the_view_is_one_line_per_instance_then_each_problem():
         "zentorch",
         "ok",
         "ok",
+        "-",
         "2",
         "0",
         "35.5",
     ]
     assert lines[2].split()[:6] == ["llm-a", "site-a-1", "0-2", "0", "-", "drifted"]
     assert lines[3] == "site-a-1: cpuset 0-2"
-    assert commands_status.render([]) == "no zenvllm instances on this host"
+    assert commands_status.render([]) == "no zenvllm instances"
 
 
 def test_the_metrics_say_placement_locality_health_and_backend_per_instance():
     drifted = row(name="site-a-1", placement="drifted", problems=["a", "b"], platform="")
     text = commands_status.exposition([row(), drifted])
-    one = 'deployment="site-a",zenvllm_instance="site-a-0",target="zen"'
-    two = 'deployment="site-a",zenvllm_instance="site-a-1",target="zen"'
+    where = 'model_name="qwen",vllm_instance="10.0.0.5:8001"'
+    one = f'deployment="site-a",zenvllm_instance="site-a-0",target="zen",{where}'
+    two = f'deployment="site-a",zenvllm_instance="site-a-1",target="zen",{where}'
     for line in (
         f"zenvllm_placement_ok{{{one}}} 1",
         f"zenvllm_placement_ok{{{two}}} 0",
@@ -161,3 +166,88 @@ def test_the_platform_cache_is_read_only_from_a_file_it_wrote(tmp_path):
     with pytest.raises(UserError, match="not a platform cache zenvllm status wrote"):
         commands_status.platforms(theirs)
     assert theirs.read_text() == '{"abc@t0": "CpuPlatform"}'
+
+
+# vLLM 0.32's /metrics, cut down: two series of one gauge, a counter, and lines to skip.
+METRICS = """\
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="tiny-llama"} 2.0
+vllm:num_requests_running{engine="1",model_name="tiny-llama"} 1.0
+vllm:num_requests_waiting{engine="0",model_name="tiny-llama"} 0.0
+vllm:generation_tokens_total{engine="0",model_name="tiny-llama"} 1234.0
+vllm:kv_cache_usage_perc{engine="0",model_name="tiny-llama"} 0.25
+vllm:num_requests_waiting{engine="1",model_name="tiny-llama"} NaN
+"""
+
+
+def test_the_metrics_are_summed_and_name_the_model(monkeypatch):
+    import io
+
+    monkeypatch.setattr(
+        status.urllib.request, "urlopen", lambda url, timeout: io.BytesIO(METRICS.encode())
+    )
+    values, model = status.metrics("10.0.0.5", 8001)
+    assert values == {status.RUNNING: 3.0, status.WAITING: 0.0, status.TOKENS: 1234.0}
+    assert model == "tiny-llama"
+
+
+# vllm-router 0.1.17's GET /workers, as the router role's wait reads it.
+WORKERS = {
+    "workers": [
+        {"url": "http://10.0.0.5:8001", "is_healthy": True, "load": 0},
+        {"url": "http://10.0.0.6:8001/", "is_healthy": False, "load": 3},
+    ]
+}
+
+
+def test_the_router_view_says_whether_it_sends_each_instance_requests():
+    view = observed.router_view(WORKERS, "fix")
+    assert view == {"http://10.0.0.5:8001": True, "http://10.0.0.6:8001": False}
+    assert observed.in_router("http://10.0.0.5:8001", view) == "healthy"
+    assert observed.in_router("http://10.0.0.6:8001", view) == "unhealthy"
+    assert observed.in_router("http://10.0.0.7:8001", view) == "not listed"
+    for bad in ({}, {"workers": "all"}, {"workers": [{"url": 5}]}, []):
+        with pytest.raises(UserError, match="the router's /workers answer"):
+            observed.router_view(bad, "fix")
+    with pytest.raises(UserError, match="'file:///etc/passwd' is not an http"):
+        status.workers("file:///etc/passwd")
+
+
+def run_status(*argv: str) -> int:
+    from zenvllm.runtime import console
+
+    return console.run((commands_status,), ["status", *argv])
+
+
+def test_the_fleet_view_is_the_hosts_rows_and_the_routers_workers(tmp_path, capsys):
+    other = row(host="llm-b", name="site-a-1", url="http://10.0.0.6:8001")
+    path = tmp_path / "fleet.json"
+    path.write_text(json.dumps({"rows": [row(), other], "workers": WORKERS}))
+    assert run_status("--from", str(path)) == 1  # llm-b's instance is out of the router
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[:2] + line.split()[7:8] for line in lines[1:]] == [
+        ["llm-a", "site-a-0", "healthy"],
+        ["llm-b", "site-a-1", "unhealthy"],
+    ]
+    path.write_text(json.dumps({"rows": [row()], "workers": None}))
+    assert run_status("--from", str(path), "--json") == 0
+    assert json.loads(capsys.readouterr().out)[0]["router"] is None
+
+
+@pytest.mark.parametrize(
+    ("doc", "says"),
+    [
+        ({"rows": {}}, "rows is {}, not a list"),
+        ({"rows": [row(cpus="0-1")]}, 'rows[0].cpus is "0-1"'),
+        ({"rows": [row(cpus=[-1])]}, "rows[0].cpus is -1"),
+        ({"rows": [row(running="many")]}, 'rows[0].running is "many"'),
+        ({"rows": [row()], "workers": {"workers": 1}}, "the router's /workers answer"),
+    ],
+)
+def test_a_fleet_file_that_is_not_rows_is_refused_with_the_fix(tmp_path, capsys, doc, says):
+    path = tmp_path / "fleet.json"
+    path.write_text(json.dumps(doc))
+    assert run_status("--from", str(path)) == 2
+    err = capsys.readouterr().err
+    assert says in err and "status playbook" in err.replace("status --json", ""), err

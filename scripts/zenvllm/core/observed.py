@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from zenvllm.core import gate
 from zenvllm.core.topology import format_cpu_list, parse_cpu_list
 
 # Resident pages on the planned node below this share: memory is on the wrong node.
@@ -105,3 +106,23 @@ def problems(planned: Planned, seen: Seen) -> list[str]:
             f"{planned.target} target's {wanted}: a silent fallback"
         )
     return out
+
+
+def router_view(answer: object, fix: str) -> dict[str, bool]:
+    """vllm-router's /workers answer ({"workers": [{"url", "is_healthy", ...}]}) as each
+    worker URL and whether the router counts it healthy."""
+    where = "the router's /workers answer"
+    found = gate.items(gate.obj(answer, where, fix).get("workers"), f"{where}'s workers", fix)
+    view = {}
+    for i, worker in enumerate(found):
+        at = f"{where}'s workers[{i}]"
+        url = gate.text(gate.obj(worker, at, fix).get("url"), f"{at}.url", fix)
+        view[url.rstrip("/")] = worker.get("is_healthy") is True
+    return view
+
+
+def in_router(url: str, view: dict[str, bool]) -> str:
+    """Whether the router sends this instance requests: healthy, unhealthy, not listed."""
+    if url not in view:
+        return "not listed"
+    return "healthy" if view[url] else "unhealthy"

@@ -1,6 +1,8 @@
 """`zenvllm status`: one line per instance on this host: where it runs against its
-plan, which backend vLLM selected, its health and load. Exit 1 when one has drifted
-or is down (a check a timer or a playbook can run)."""
+plan, which backend vLLM selected, its health, whether the router sends it requests,
+and its load. Exit 1 when one has drifted, is down or is out of the router (a check a
+timer or a playbook can run). `--from` renders the rows several hosts printed with
+`--json` as one table: the status playbook's fleet view."""
 
 from __future__ import annotations
 
@@ -8,13 +10,25 @@ import argparse
 import json
 from pathlib import Path
 
-from zenvllm.core import arguments, gate
+from zenvllm.core import arguments, gate, observed
 from zenvllm.core.errors import UserError
 from zenvllm.core.topology import format_cpu_list
 from zenvllm.runtime import status
 from zenvllm.runtime.atomic import write_atomically
 
-COLUMNS = ("host", "name", "cpus", "node", "backend", "placement", "health", "run", "wait", "tok/s")
+COLUMNS = (
+    "host",
+    "name",
+    "cpus",
+    "node",
+    "backend",
+    "placement",
+    "health",
+    "router",
+    "run",
+    "wait",
+    "tok/s",
+)
 
 
 def cell(value: object) -> str:
@@ -30,16 +44,17 @@ def cell(value: object) -> str:
 def render(rows: list[dict]) -> str:
     """The table, then each drifted instance's problems."""
     if not rows:
-        return "no zenvllm instances on this host"
+        return "no zenvllm instances"
     table = [COLUMNS] + [
         (
             r["host"],
             r["name"],
-            format_cpu_list(r["cpus"]),
+            observed.listed(frozenset(r["cpus"])),
             format_cpu_list(r["node"]),
             cell(r["backend"]),
             r["placement"],
             r["health"],
+            cell(r["router"]),
             cell(r["running"]),
             cell(r["waiting"]),
             cell(r["tokens_per_s"]),
@@ -106,10 +121,14 @@ def exposition(rows: list[dict]) -> str:
 
 
 def series(row: dict) -> str:
+    """The instance's labels; model_name and vllm_instance (vLLM's scrape address) are
+    those of vLLM's own series, so a dashboard filters both alike."""
     keys = (
         ("deployment", row["deployment"]),
         ("zenvllm_instance", row["name"]),
         ("target", row["target"]),
+        ("model_name", row["model"]),
+        ("vllm_instance", row["url"].split("//", 1)[-1]),
     )
     return ",".join(f'{k}="{quoted(v)}"' for k, v in keys)
 
@@ -146,17 +165,62 @@ def platforms(path: Path | None) -> dict[str, str]:
     return {k: v for k, v in found.items() if k != "#"}
 
 
+# What --from needs of each row (as --json prints them), each checked before it is shown.
+FIELDS = {
+    "host": str,
+    "name": str,
+    "url": str,
+    "backend": str,
+    "placement": str,
+    "health": str,
+    "cpus": list,
+    "node": list,
+    "problems": list,
+}
+
+
+def rows_from(path: Path) -> tuple[list[dict], dict[str, bool] | None]:
+    """The rows of several hosts and the router's /workers answer, as the status
+    playbook gathers them: {"rows": [...], "workers": {...} or null}."""
+    fix = "give --from the file the status playbook writes (rows from `status --json`)"
+    found = gate.obj(gate.read_json(path, gate.DOCUMENT, fix), f"--from {path}", fix)
+    out = []
+    for i, row in enumerate(gate.items(found.get("rows"), f"--from {path}: rows", fix)):
+        where = f"--from {path}: rows[{i}]"
+        gate.obj(row, where, fix)
+        for key, kind in FIELDS.items():
+            if not isinstance(row.get(key), kind):
+                raise gate.InputError(f"{where}.{key} is {gate.shown(row.get(key))}; {fix}")
+        for key in ("cpus", "node"):
+            for cpu in row[key]:
+                gate.whole(cpu, f"{where}.{key}", 0, 1 << 20, fix)
+        for key in ("running", "waiting", "tokens_per_s"):
+            if row.get(key) is not None:
+                gate.number(row[key], f"{where}.{key}", -1, 1e12, fix)
+        out.append({"router": None, "model": "", "running": None, "waiting": None} | row)
+    answer = found.get("workers")
+    return out, None if answer is None else observed.router_view(answer, fix)
+
+
 def run(args: argparse.Namespace) -> int:
-    cache = None if args.no_backend else platforms(args.platform_cache)
-    rows = status.rows(args.deployment or "", cache)
-    if args.platform_cache and cache is not None:
-        live = {k: v for k, v in cache.items() if any(k.startswith(r["id"]) for r in rows)}
-        write_atomically(args.platform_cache, json.dumps(CACHE_MARK | live, indent=1) + "\n")
+    if args.from_file:
+        rows, view = rows_from(args.from_file)
+    else:
+        cache = None if args.no_backend else platforms(args.platform_cache)
+        rows, view = status.rows(args.deployment or "", cache), None
+        if args.platform_cache and cache is not None:
+            live = {k: v for k, v in cache.items() if any(k.startswith(r["id"]) for r in rows)}
+            write_atomically(args.platform_cache, json.dumps(CACHE_MARK | live, indent=1) + "\n")
+    if args.router:
+        view = status.workers(args.router)
+    if view is not None:
+        rows = [r | {"router": observed.in_router(r["url"], view)} for r in rows]
     if args.textfile:
         write_textfile(args.textfile, exposition(rows))
     else:
         print(json.dumps(rows, indent=2) if args.json else render(rows))
-    return 1 if any(r["placement"] != "ok" or r["health"] != "ok" for r in rows) else 0
+    bad = [r for r in rows if r["placement"] != "ok" or r["health"] != "ok"]
+    return 1 if bad or any(r["router"] not in (None, "healthy") for r in rows) else 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -176,6 +240,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=Path,
         help="keep each container's platform here and ask vLLM again only after a restart "
         "(for a timer: asking starts a python3 in the container)",
+    )
+    parser.add_argument(
+        "--router",
+        metavar="URL",
+        help="also ask vLLM's router there (zenvllm_router_listen, e.g. http://127.0.0.1:30000) "
+        "whether it sends each instance requests",
+    )
+    parser.add_argument(
+        "--from",
+        dest="from_file",
+        type=Path,
+        metavar="FILE",
+        help="show the rows of several hosts (their `--json`) and the router's workers, as "
+        "the status playbook gathers them, instead of this host's",
     )
     out = parser.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the rows as JSON")

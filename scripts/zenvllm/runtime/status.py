@@ -1,7 +1,8 @@
 """What each zenvllm instance on this host is doing: the side-effect edge of `zenvllm
 status`. It reads the containers' labels (the plan), the engine's view of their
 cpusets, every thread's affinity and the resident pages per node under /proc, vLLM's
-own platform (asked in the container), /health and /metrics; core/observed.py judges.
+own platform (asked in the container), /health and /metrics, and where asked the
+router's workers; core/observed.py judges.
 Standard library only (hosts run it as `python3 -m zenvllm.runtime status`).
 """
 
@@ -146,23 +147,42 @@ def listen(info: dict) -> tuple[str, int]:
     return (host[1] if host else "127.0.0.1"), int(port) if port.isdigit() else 0
 
 
-def metrics(host: str, port: int) -> dict[str, float]:
-    """vLLM's gauges and counter the view shows, summed over their labels ({} if none)."""
+def metrics(host: str, port: int) -> tuple[dict[str, float], str]:
+    """vLLM's gauges and counter the view shows, summed over their labels ({} if none),
+    and the model it serves (the series' model_name label; "" if none)."""
     where = f"[{host}]" if ":" in host else host
     try:
         with urllib.request.urlopen(f"http://{where}:{port}/metrics", timeout=3) as reply:
             text = reply.read(8 * gate.MIB).decode("utf-8", "replace")
     except OSError:
-        return {}
+        return {}, ""
     out: dict[str, float] = {}
-    for name, value in re.findall(r"^([a-z_:]+)(?:\{[^}]*\})? ([0-9.eE+-]+)$", text, re.M):
+    model = ""
+    for name, labels, value in re.findall(
+        r"^([a-z_:]+)(?:\{([^}]*)\})? ([0-9.eE+-]+)$", text, re.M
+    ):
         try:
             number = float(value)
         except ValueError:  # "1.2.3" fits the pattern, not a number: not vLLM's
             continue
         if name in (RUNNING, WAITING, TOKENS) and math.isfinite(number):
             out[name] = out.get(name, 0.0) + number
-    return out
+            model = model or (re.findall(r'model_name="([^"]{1,200})"', labels) or [""])[0]
+    return out, model
+
+
+def workers(router: str) -> dict[str, bool]:
+    """The router's workers (vllm-router's /workers): each URL and whether it counts it
+    healthy."""
+    fix = "give --router the URL the router listens on (zenvllm_router_listen)"
+    if not re.match(r"https?://[^\s/]+(/\S*)?$", router):
+        raise UserError(f"--router {router!r} is not an http:// or https:// URL; {fix}")
+    try:
+        with urllib.request.urlopen(f"{router.rstrip('/')}/workers", timeout=5) as reply:
+            text = reply.read(gate.MIB).decode("utf-8", "replace")
+    except OSError as err:
+        raise UserError(f"--router {router}: {err}; {fix}") from None
+    return observed.router_view(gate.parse_json(text, f"--router {router}/workers", fix), fix)
 
 
 def rows(
@@ -171,13 +191,13 @@ def rows(
     """One row per instance: the plan, what runs, and the verdict; vLLM's platform
     asked (and kept in `platforms`, by container start) unless it is None."""
     found = containers(deployment)
-    before = {c["Id"]: metrics(*listen(c)) for c in found}
+    before = {c["Id"]: metrics(*listen(c))[0] for c in found}
     time.sleep(interval if found else 0)
     out = []
     for info in found:
         plan, now = planned(info), seen(info, platforms)
         host, port = listen(info)
-        after = metrics(host, port)
+        after, model = metrics(host, port)
         start = before[info["Id"]].get(TOKENS)
         running = info.get("State", {}).get("Running", False)
         problems = observed.problems(plan, now) if running else ["not running"]
@@ -189,6 +209,7 @@ def rows(
                 "id": info.get("Id", ""),
                 "name": plan.name,
                 "target": plan.target,
+                "model": model,
                 "cpus": sorted(now.cpus),
                 "planned_cpus": sorted(plan.cpus),
                 "node": sorted(plan.mems),
@@ -206,6 +227,7 @@ def rows(
                     else None
                 ),
                 "url": f"http://{host}:{port}",
+                "router": None,  # "healthy", "unhealthy" or "not listed", once asked
             }
         )
     return out

@@ -1,0 +1,31 @@
+"""A role's template rendered on the controller as Ansible renders it (its own templar),
+with the role's defaults and vars, and overrides as `-e` gives them: for tests that
+check what a template makes (the planner's gate, promtool) without a play."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
+
+MANAGED = "Ansible managed"
+
+
+def variables(role: Path, **overrides) -> dict:
+    found: dict = {}
+    for part in ("defaults", "vars"):
+        path = role / part / "main.yml"
+        if path.is_file():
+            found |= yaml.safe_load(path.read_text()) or {}
+    found |= overrides
+    trusted = {k: trust_as_template(v) if isinstance(v, str) else v for k, v in found.items()}
+    return {"groups": {}, "hostvars": {}, "role_path": str(role), "ansible_managed": MANAGED} | (
+        trusted
+    )
+
+
+def render(role: Path, template: str, **overrides) -> str:
+    templar = Templar(loader=DataLoader(), variables=variables(role, **overrides))
+    return templar.template(trust_as_template((role / "templates" / template).read_text()))
