@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from conftest import require
-from support import engine, gateway
+from support import engine, gateway, prometheus, role_template
 from support.ansible_run import ANSIBLE_DIR, BIN, changed_tasks, planner_zipapp, playbook
 from support.ansible_run import env as ansible_env
 from support.tiny_model import ensure_tiny_model
@@ -39,6 +39,7 @@ DEPLOYMENT = "zenvllm-e2e"  # its own names: other deployments may share the eng
 NAMES = (f"{DEPLOYMENT}-0", f"{DEPLOYMENT}-1")
 SITE = Path("/etc/nginx/conf.d/zenvllm-e2e.conf")
 SYS_GET_MEMPOLICY = 239  # x86_64
+MONITORING = ANSIBLE_DIR / "roles" / "zenvllm_monitoring"
 # Under --tags gateway there is no plan: the upstreams are given.
 UPSTREAMS = {"zenvllm_gateway_upstreams": [f"127.0.0.1:{p}" for p in PORTS]}
 TWO_CLIENTS = {**UPSTREAMS, "zenvllm_gateway_clients": ["default", "ci"]}
@@ -202,28 +203,47 @@ def test_status_shows_each_instance_where_its_plan_put_it_and_what_vllm_runs(dep
         assert row["running"] == 0 and row["waiting"] == 0 and row["tokens_per_s"] == 0
 
 
-def test_an_instance_moved_to_other_cpus_is_reported_drifted(deployment):
+def test_an_instance_moved_to_other_cpus_is_reported_drifted_and_alerted(deployment):
+    """`docker update --cpuset-cpus` moves an instance; the status timer's next run (its
+    command, run here: this host has no systemd) reports it drifted, in the table and
+    in the metrics a real node exporter serves, and the monitoring role's own rules fire
+    ZenvllmPlacementDrift in a real Prometheus (drift_for shortened to 5 s)."""
     base, _ = deployment
-    engine.docker("update", "--cpuset-cpus", "0-1", NAMES[1])
-    try:
-        done = host_status(base, "--no-backend")
-        assert done.returncode == 1, done.stdout + done.stderr
-        lines = done.stdout.splitlines()
-        assert lines[1].split()[1:6] == [NAMES[0], "0", "0", "-", "ok"]
-        assert lines[2].split()[1:6] == [NAMES[1], "0-1", "0", "-", "drifted"]
-        assert f"{NAMES[1]}: cpuset 0-1 is not the planned 1 (moved after launch?)" in lines
-        # The same as Prometheus reads it (node_exporter's textfile collector).
-        prom = base / "zenvllm.prom"
-        assert host_status(base, "--no-backend", "--textfile", str(prom)).returncode == 1
-        ok = {
-            line.split("zenvllm_instance=")[1].split('"')[1]: line.rsplit(" ", 1)[1]
-            for line in prom.read_text().splitlines()
-            if line.startswith("zenvllm_placement_ok{")
-        }
-        assert ok == {NAMES[0]: "1", NAMES[1]: "0"}
-    finally:
-        engine.docker("update", "--cpuset-cpus", "1", NAMES[1])
-    assert host_status(base, "--no-backend").returncode == 0
+    textfiles = base / "textfile"
+    textfiles.mkdir(exist_ok=True)
+    timer = ["--textfile", str(textfiles / "zenvllm.prom"), "--platform-cache"]
+    timer.append(str(base / "lib" / "status-platforms.json"))
+    rules = role_template.render(
+        MONITORING, "zenvllm.rules.yml.j2", zenvllm_monitoring_drift_for="5s"
+    )
+    instance = f'zenvllm_instance="{NAMES[1]}"'
+    with prometheus.watching(textfiles, rules) as prom:
+        assert host_status(base, *timer).returncode == 0  # the timer's run before the move
+        prom.wait(f"zenvllm_placement_ok{{{instance}}} == 1", 30)
+        engine.docker("update", "--cpuset-cpus", "0-1", NAMES[1])
+        moved = time.monotonic()
+        try:
+            done = host_status(base, "--no-backend")
+            assert done.returncode == 1, done.stdout + done.stderr
+            lines = done.stdout.splitlines()
+            assert lines[1].split()[1:6] == [NAMES[0], "0", "0", "-", "ok"]
+            assert lines[2].split()[1:6] == [NAMES[1], "0-1", "0", "-", "drifted"]
+            assert f"{NAMES[1]}: cpuset 0-1 is not the planned 1 (moved after launch?)" in lines
+            assert host_status(base, *timer).returncode == 1  # the timer's next run
+            prom.wait(f"zenvllm_placement_ok{{{instance}}} == 0", 30)
+            reported = time.monotonic() - moved
+            fired = 'ALERTS{alertname="ZenvllmPlacementDrift",alertstate="firing"}'
+            (alert,) = prom.wait(fired, 60)
+            alerted = time.monotonic() - moved
+            print(f"drift reported {reported:.0f} s and alerted {alerted:.0f} s after the move")
+            assert alert["metric"]["zenvllm_instance"] == NAMES[1]
+            assert alert["metric"]["host"] == "localhost"
+            # Within one interval of the status timer (30 s, its default).
+            assert reported < 30
+        finally:
+            engine.docker("update", "--cpuset-cpus", "1", NAMES[1])
+        assert host_status(base, *timer).returncode == 0
+        prom.wait(f"zenvllm_placement_ok{{{instance}}} == 1", 30)
 
 
 def listeners_off_loopback() -> set[str]:

@@ -193,6 +193,26 @@ def test_the_instances_role_refuses_a_status_timer_it_did_not_write(tmp_path):
     assert theirs.read_text() == "# the operator's own timer\n[Timer]\nOnCalendar=daily\n"
 
 
+def test_the_monitoring_role_refuses_an_alertmanager_it_did_not_install(tmp_path):
+    """An Alertmanager configured before zenvllm came is the operator's: refused before
+    anything is installed or written, its files as they were."""
+    theirs = tmp_path / "alertmanager.yml"
+    text = "# the operator's own\nroute: {receiver: pager}\nreceivers: [{name: pager}]\n"
+    theirs.write_text(text)
+    variables = {
+        "zenvllm_monitoring_alertmanager_config_path": str(theirs),
+        "zenvllm_monitoring_alertmanager_args_path": str(tmp_path / "default"),
+        "zenvllm_monitoring_installed_dir": str(tmp_path / "installed"),
+        "zenvllm_monitoring_alert_webhooks": ["https://hooks.example.org/zenvllm"],
+    }
+    run = run_tasks(tmp_path, [("zenvllm_monitoring", "alertmanager")], variables)
+    assert run.rc != 0
+    said = " ".join(run.output.split())
+    assert f"{theirs} on localhost is not zenvllm's and zenvllm did not install" in said
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["alertmanager.yml", "play.yml"]
+    assert theirs.read_text() == text
+
+
 def test_pruning_compile_caches_removes_only_this_deployments_stale_keys(tmp_path):
     """Older keys and unplanned instances of this deployment go; the current key, other
     deployments' caches and names that only look alike stay."""

@@ -758,7 +758,7 @@ def test_the_status_playbook_shows_the_fleet_with_the_routers_view(fleet):
     assert rows[ROUTER_HOST][3:8] == ["0", "stock", "drifted", "ok", "healthy"]
     assert rows[ROUTER_HOST][2] == "unrestricted", rows  # its engine keeps no cpuset
     assert all(float(cell) >= 0 for row in rows.values() for cell in row[8:]), rows
-    assert "cpuset unrestricted is not the planned" in run.output
+    assert f"{ROUTER_HOST} {DEPLOYMENT}-0: cpuset unrestricted is not the planned" in run.output
 
 
 def grafana(expr: str, choice: dict[str, str]) -> str:
@@ -864,7 +864,8 @@ def test_absent_removes_the_router_the_monitoring_and_the_firewall(fleet):
     run = fleet.deploy(zenvllm_state="absent")
     assert run.rc == 0 and run.failed() == 0, run.output[-6000:]
     gone = fleet.ssh(
-        f"systemctl cat {DEPLOYMENT}-router.service; dpkg -s prometheus prometheus-node-exporter;"
+        f"systemctl cat {DEPLOYMENT}-router.service; dpkg -s prometheus prometheus-node-exporter"
+        " prometheus-alertmanager;"
         f" nft list table inet {DEPLOYMENT.replace('-', '_')}_firewall; ls /opt/zenvllm/router;"
         " ls /etc/systemd/system/zenvllm-status.* /var/lib/prometheus/node-exporter/zenvllm.prom",
         check=False,

@@ -18,6 +18,8 @@ import pytest
 from support import cpu, engine
 from support.tiny_model import ensure_tiny_model
 
+from zenvllm.runtime import commands_status
+
 pytestmark = pytest.mark.image
 
 TARGETS = ("vllm-openai", "zen")
@@ -100,13 +102,17 @@ def test_vllm_agrees_on_the_platform_it_picks(images, views, kind):
 
 
 def test_zen_serves_a_completion_where_zentorch_is_inactive(images, views):
+    """On every machine: the zen image under a faked Zen 3 serves for real on vLLM's
+    stock platform, and `zenvllm status` (asking that vLLM) reports the stock backend
+    as a silent fallback, in its view and in the metrics the drift alert reads."""
     port = engine.free_port()
+    planned = engine.planned_as("cpu-kinds", "cpu-kinds-zen", "zen", port)
     with engine.serve(
         images["zen"],
         ensure_tiny_model(),
         port,
         "--enforce-eager",
-        run_opts=("-v", f"{views['amd-zen3-avx2']}:/proc/cpuinfo:ro"),
+        run_opts=("-v", f"{views['amd-zen3-avx2']}:/proc/cpuinfo:ro", *planned),
     ) as name:
         body = {"model": "/model", "prompt": "hello", "max_tokens": 5, "ignore_eos": True}
 
@@ -119,3 +125,15 @@ def test_zen_serves_a_completion_where_zentorch_is_inactive(images, views):
         reply = engine.wait_for(completion, 420, "a completion from the zen image", name)
         assert reply["usage"]["completion_tokens"] == 5
         assert "WARNING: zentorch 2.13.0.1 is installed but INACTIVE" in engine.logs(name)
+        rc, (row,), err = engine.status("cpu-kinds")
+        assert (rc, row["backend"], row["platform"], row["health"]) == (
+            1,
+            "stock",
+            "CpuPlatform",
+            "ok",
+        ), err
+        assert row["problems"] == [
+            "vLLM runs CpuPlatform (stock), not the zen target's ZenCpuPlatform: a silent fallback"
+        ]
+        series = commands_status.exposition([row])
+        assert 'target="zen",' in series and 'backend="stock",platform="CpuPlatform"} 1' in series

@@ -24,6 +24,7 @@ from support.cpu import has_amx
 from support.tiny_model import ensure_tiny_model
 
 from zenvllm.bench import backend, http_client
+from zenvllm.core import observed
 from zenvllm.core.accelerators import pace_state
 from zenvllm.core.targets import TARGETS, missing_isa
 from zenvllm.image import render
@@ -60,8 +61,13 @@ def server(image, profiles):
     port = engine.free_port()
     start = time.monotonic()
     # The project's engine gives containers 1 GiB of /dev/shm (Docker's default is 64 MiB).
-    opts, extra = ("--health-interval=5s",), ()
-    if target_of(image) == "pace":  # vLLM's profiler, idle until the PACE test asks
+    # Labelled as a deployment's container: `zenvllm status` reads it (its test below).
+    target = target_of(image)
+    opts, extra = (
+        ("--health-interval=5s", *engine.planned_as(f"serve-{target}", target, target, port)),
+        (),
+    )
+    if target == "pace":  # vLLM's profiler, idle until the PACE test asks
         opts, extra = (*opts, "-v", f"{profiles}:{backend.PROFILE_MOUNT}"), backend.serve_args()
     with engine.serve(image, model, port, *extra, run_opts=opts) as name:
         engine.wait_for(
@@ -128,6 +134,32 @@ def test_image_healthcheck_reports_healthy(server):
         name,
     )
     assert status
+
+
+def test_status_reads_the_backend_vllm_selected(server, image):
+    """`zenvllm status` asks the running vLLM which platform it selected: each image's
+    own where the CPU runs it (zentorch on AMD with AVX-512 BF16, PACE where its
+    kernels run), and vLLM's stock platform, reported as a fallback, where not."""
+    target = target_of(image)
+    accelerated = {"vllm-openai": True, "zen": cpu.zentorch_active(), "pace": pace_expected()[0]}
+    rc, rows, err = engine.status(f"serve-{target}")
+    (row,) = rows
+    backend_wanted = {"vllm-openai": "stock", "zen": "zentorch", "pace": "pace"}[target]
+    if accelerated[target]:
+        assert (rc, row["backend"], row["placement"], row["problems"]) == (
+            0,
+            backend_wanted,
+            "ok",
+            [],
+        ), err
+    else:
+        assert (rc, row["backend"], row["placement"]) == (1, "stock", "drifted"), err
+        assert row["problems"] == [
+            f"vLLM runs CpuPlatform (stock), not the {target} target's "
+            f"{observed.PLATFORMS[target]}: a silent fallback"
+        ]
+    assert row["health"] == "ok" and row["model"] == "/model"
+    assert row["numa_local_ratio"] >= observed.LOCAL_MIN
 
 
 def test_without_enough_shm_the_launcher_refuses_with_the_fix(image):

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from zenvllm.core.errors import UserError
+from zenvllm.core.topology import format_cpu_list
 from zenvllm.image.engine import Cli
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -150,3 +151,36 @@ def http_json(url: str, body: dict | None = None, timeout: float = 60) -> dict:
     req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout) as reply:
         return json.loads(reply.read() or b"{}")
+
+
+def planned_as(deployment: str, name: str, target: str, port: int) -> tuple[str, ...]:
+    """run options that make a test's container one zenvllm status reads as planned:
+    core/container.py's labels, on every CPU of this machine and memory node 0."""
+    cpus = format_cpu_list(os.sched_getaffinity(0))
+    labels = {
+        "managed": "true",
+        "deployment": deployment,
+        "instance": name,
+        "port": str(port),
+        "cpus": cpus,
+        "mems": "0",
+        "target": target,
+    }
+    return (
+        *(f"--label=zenvllm.{k}={v}" for k, v in labels.items()),
+        f"--cpuset-cpus={cpus}",
+        "--cpuset-mems=0",
+    )
+
+
+def status(deployment: str) -> tuple[int, list[dict], str]:
+    """`zenvllm status --json` of one deployment, as an operator runs it on the host."""
+    done = subprocess.run(
+        [sys.executable, "-m", "zenvllm.runtime", "status", "--json", "--deployment", deployment],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=engine_env(),
+    )
+    rows = json.loads(done.stdout) if done.returncode in (0, 1) else []
+    return done.returncode, rows, done.stderr

@@ -221,15 +221,16 @@ def run_status(*argv: str) -> int:
 
 
 def test_the_fleet_view_is_the_hosts_rows_and_the_routers_workers(tmp_path, capsys):
-    other = row(host="llm-b", name="site-a-1", url="http://10.0.0.6:8001")
+    other = row(host="llm-b", name="site-a-0", url="http://10.0.0.6:8001", problems=["x"])
     path = tmp_path / "fleet.json"
     path.write_text(json.dumps({"rows": [row(), other], "workers": WORKERS}))
     assert run_status("--from", str(path)) == 1  # llm-b's instance is out of the router
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[:2] + line.split()[7:8] for line in lines[1:]] == [
+    assert [line.split()[:2] + line.split()[7:8] for line in lines[1:3]] == [
         ["llm-a", "site-a-0", "healthy"],
-        ["llm-b", "site-a-1", "unhealthy"],
+        ["llm-b", "site-a-0", "unhealthy"],
     ]
+    assert lines[3:] == ["llm-b site-a-0: x"]  # two hosts' instances share a name
     path.write_text(json.dumps({"rows": [row()], "workers": None}))
     assert run_status("--from", str(path), "--json") == 0
     assert json.loads(capsys.readouterr().out)[0]["router"] is None

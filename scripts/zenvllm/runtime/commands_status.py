@@ -66,7 +66,10 @@ def render(rows: list[dict]) -> str:
         "  ".join(str(v).ljust(w) for v, w in zip(line, widths, strict=True)).rstrip()
         for line in table
     ]
-    lines += [f"{r['name']}: {p}" for r in rows for p in r["problems"]]
+    # Instances of several hosts may share a name: each problem then names its host.
+    several = len({r["host"] for r in rows}) > 1
+    who = (lambda r: f"{r['host']} {r['name']}") if several else (lambda r: r["name"])
+    lines += [f"{who(r)}: {p}" for r in rows for p in r["problems"]]
     return "\n".join(lines)
 
 
