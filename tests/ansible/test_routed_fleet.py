@@ -731,7 +731,7 @@ def test_the_status_playbook_shows_the_fleet_with_the_routers_view(fleet):
     assert run.rc != 0 and run.changed() == 0, run.output[-4000:]
     rows = {}
     for line in run.output.splitlines():
-        cells = line.strip().strip('",').split()
+        cells = line.strip().removeprefix("- ").strip("'\",").split()  # a YAML list item
         if len(cells) == 11 and cells[1] == f"{DEPLOYMENT}-0":
             rows[cells[0]] = cells
     here_cpus = format_cpu_list(int(c) for c in fleet.here_cpus.split(","))

@@ -200,12 +200,15 @@ def rows_from(path: Path) -> tuple[list[dict], dict[str, bool] | None]:
         for key in ("running", "waiting", "tokens_per_s"):
             if row.get(key) is not None:
                 gate.number(row[key], f"{where}.{key}", -1, 1e12, fix)
-        out.append({"router": None, "model": "", "running": None, "waiting": None} | row)
+        shown = ("router", "running", "waiting", "tokens_per_s")
+        out.append(dict.fromkeys(shown) | row)
     answer = found.get("workers")
     return out, None if answer is None else observed.router_view(answer, fix)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.from_file and args.textfile:
+        raise UserError("--from shows other hosts' rows; --textfile is each host's own (drop one)")
     if args.from_file:
         rows, view = rows_from(args.from_file)
     else:
