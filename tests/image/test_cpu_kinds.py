@@ -135,5 +135,6 @@ def test_zen_serves_a_completion_where_zentorch_is_inactive(images, views):
         assert row["problems"] == [
             "vLLM runs CpuPlatform (stock), not the zen target's ZenCpuPlatform: a silent fallback"
         ]
+        assert row["amx"] == ("granted" if cpu.has_amx() else "none")  # as amx_line() says
         series = commands_status.exposition([row])
         assert 'target="zen",' in series and 'backend="stock",platform="CpuPlatform"} 1' in series

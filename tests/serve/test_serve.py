@@ -159,6 +159,8 @@ def test_status_reads_the_backend_vllm_selected(server, image):
             f"{observed.PLATFORMS[target]}: a silent fallback"
         ]
     assert row["health"] == "ok" and row["model"] == "/model"
+    # The AMX permission the launcher obtained (its log), as the launcher test expects it.
+    assert row["amx"] == ("granted" if has_amx() else "none"), row
     assert row["numa_local_ratio"] >= observed.LOCAL_MIN
 
 

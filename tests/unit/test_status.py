@@ -255,3 +255,28 @@ def test_a_fleet_file_that_is_not_rows_is_refused_with_the_fix(tmp_path, capsys,
     assert run_status("--from", str(path)) == 2
     err = capsys.readouterr().err
     assert says in err and "status playbook" in err.replace("status --json", ""), err
+
+
+def test_the_amx_permission_is_read_back_from_the_launchers_line():
+    from zenvllm.runtime import amx
+
+    lines = {
+        "granted": amx.describe(amx.AmxState(True, True, ""), True, True),
+        "refused": amx.describe(amx.AmxState(True, False, "EPERM"), True, True),
+        "none": amx.describe(amx.AmxState(False, False, ""), False, True),
+        "no kernel support": amx.describe(amx.AmxState(False, False, ""), True, True),
+    }
+    for word, line in lines.items():
+        log = f"INFO vllm starting\nzenvllm-launch: {line}\nINFO more\n"
+        assert amx.verdict(log) == word, line
+    assert amx.verdict("no launcher here") == ""
+    problems = observed.problems(PLAN, Seen(cpus=PLAN.cpus, mems=PLAN.mems, amx="refused"))
+    assert problems == [
+        "AMX tile permission refused at launch: vLLM's AMX kernels die with 'Illegal "
+        "instruction' (its log says why)"
+    ]
+    text = commands_status.exposition([row(amx="granted"), row(name="site-a-1", amx="none")])
+    assert [line for line in text.splitlines() if line.startswith("zenvllm_amx_granted{")] == [
+        'zenvllm_amx_granted{deployment="site-a",zenvllm_instance="site-a-0",target="zen",'
+        'model_name="qwen",vllm_instance="10.0.0.5:8001"} 1'
+    ]

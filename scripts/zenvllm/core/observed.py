@@ -43,6 +43,7 @@ class Seen:
     threads: dict[str, frozenset[int]] = field(default_factory=dict)  # "pid/tid comm": CPUs
     pages: dict[int, int] = field(default_factory=dict)  # resident pages per NUMA node
     platform: str = ""  # vLLM's current_platform class ("" = not asked)
+    amx: str = ""  # the launcher's AMX permission: granted, refused, none, ... ("" = unknown)
 
 
 def cpus_allowed(status: str) -> frozenset[int]:
@@ -98,6 +99,11 @@ def problems(planned: Planned, seen: Seen) -> list[str]:
         out.append(
             f"{ratio:.0%} of resident memory is on node {format_cpu_list(planned.mems)} "
             f"(below {LOCAL_MIN:.0%}): memory landed on another node"
+        )
+    if seen.amx == "refused":
+        out.append(
+            "AMX tile permission refused at launch: vLLM's AMX kernels die with 'Illegal "
+            "instruction' (its log says why)"
         )
     wanted = PLATFORMS.get(planned.target, "")
     if seen.platform and wanted and seen.platform != wanted:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import sys
 from dataclasses import dataclass
 
@@ -109,3 +110,18 @@ def describe(amx: AmxState, cpuinfo_has_amx: bool, at_start: bool) -> str:
         "would die with 'Illegal instruction'. Fix: allow arch_prctl in the container's "
         "seccomp profile (Docker's default and zenvllm's allow it)"
     )
+
+
+# describe()'s line, read back from an instance's log by `zenvllm status`.
+VERDICTS = (
+    ("and granted", "granted"),
+    ("permission refused", "refused"),
+    ("not on this CPU", "none"),
+    ("offers no tile state", "no kernel support"),
+)
+
+
+def verdict(log: str) -> str:
+    """The launcher's AMX line in a log, as one word ("" when there is none)."""
+    found = re.search(r"zenvllm-launch: AMX: (.*)", log)
+    return next((word for text, word in VERDICTS if found and text in found[1]), "")

@@ -96,6 +96,11 @@ GAUGES = (
         "1 when the instance answers /health",
         lambda r: r["health"] == "ok",
     ),
+    (
+        "zenvllm_amx_granted",
+        "1 when the launcher was granted AMX tiles, 0 when refused (CPUs with AMX only)",
+        lambda r: {"granted": 1, "refused": 0}.get(r.get("amx", "")),
+    ),
 )
 
 

@@ -1,13 +1,15 @@
 """What each zenvllm instance on this host is doing: the side-effect edge of `zenvllm
 status`. It reads the containers' labels (the plan), the engine's view of their
 cpusets, every thread's affinity and the resident pages per node under /proc, vLLM's
-own platform (asked in the container), /health and /metrics, and where asked the
+own platform (asked in the container), the AMX permission the launcher obtained (its
+log), /health and /metrics, and where asked the
 router's workers; core/observed.py judges.
 Standard library only (hosts run it as `python3 -m zenvllm.runtime status`).
 """
 
 from __future__ import annotations
 
+import datetime
 import math
 import os
 import re
@@ -21,7 +23,7 @@ from zenvllm.core import gate, observed
 from zenvllm.core.errors import UserError
 from zenvllm.core.observed import Planned, Seen
 from zenvllm.core.topology import parse_cpu_list
-from zenvllm.runtime import health
+from zenvllm.runtime import amx, health
 
 # vLLM's gauges and counter the view shows (its Prometheus names).
 RUNNING, WAITING, TOKENS = (
@@ -32,8 +34,9 @@ RUNNING, WAITING, TOKENS = (
 FIX = "is this host's engine running, and does zenvllm status run as root?"
 
 
-def docker(*args: str, timeout: float = 60) -> str:
-    """The engine's answer (DOCKER_HOST as set); a UserError naming the command else."""
+def docker(*args: str, timeout: float = 60, both: bool = False) -> str:
+    """The engine's answer (DOCKER_HOST as set), with its stderr too if `both`; a
+    UserError naming the command else."""
     argv = [os.environ.get("ZENVLLM_DOCKER", "docker"), *args]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
@@ -41,7 +44,7 @@ def docker(*args: str, timeout: float = 60) -> str:
         raise UserError(f"{' '.join(argv[:3])}: {err}; {FIX}") from None
     if done.returncode != 0:
         raise UserError(f"{' '.join(argv[:3])}: {done.stderr.strip()[:300]}; {FIX}")
-    return done.stdout
+    return done.stdout + done.stderr if both else done.stdout
 
 
 def containers(deployment: str) -> list[dict]:
@@ -116,6 +119,22 @@ def platform_of(info: dict, cache: dict[str, str]) -> str:
     return cache[key]
 
 
+def amx_of(info: dict) -> str:
+    """The AMX tile permission the launcher obtained (its line in the container's first
+    two minutes of output; the permission holds for the processes it starts)."""
+    started = re.match(
+        r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)", info.get("State", {}).get("StartedAt", "")
+    )
+    name = info.get("Name", "").lstrip("/")
+    if not started or not name:
+        return ""
+    when = datetime.datetime.fromisoformat(started[1] + "+00:00").timestamp() + 120
+    try:
+        return amx.verdict(docker("logs", "--until", f"{when:.0f}", name, both=True))
+    except UserError:
+        return ""
+
+
 def seen(info: dict, platforms: dict[str, str] | None) -> Seen:
     """What the container does; its platform asked unless `platforms` is None."""
     host = info.get("HostConfig", {})
@@ -136,6 +155,7 @@ def seen(info: dict, platforms: dict[str, str] | None) -> Seen:
         threads=every,
         pages=pages,
         platform=platform,
+        amx=amx_of(info) if pid else "",
     )
 
 
@@ -215,6 +235,7 @@ def rows(
                 "node": sorted(plan.mems),
                 "backend": observed.backend(now.platform) if now.platform else "",
                 "platform": now.platform,
+                "amx": now.amx,
                 "placement": "ok" if not problems else "drifted",
                 "problems": problems,
                 "numa_local_ratio": observed.local_ratio(now.pages, plan.mems),
