@@ -2,8 +2,8 @@
 status`. It reads the containers' labels (the plan), the engine's view of their
 cpusets, every thread's affinity and the resident pages per node under /proc, vLLM's
 own platform (asked in the container), the AMX permission the launcher obtained (its
-log), /health and /metrics, and where asked the
-router's workers; core/observed.py judges.
+log), /health and /metrics, and where asked the router's workers; core/observed.py
+judges.
 Standard library only (hosts run it as `python3 -m zenvllm.runtime status`).
 """
 
