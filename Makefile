@@ -133,10 +133,10 @@ undeploy: venv-deploy planner
 test-image: venv engine base-image
 	@command -v podman >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 	  apt-get install -y -qq --no-install-recommends podman >/dev/null; }
-	$(PYTEST) -q tests/image
+	$(PYTEST) -q --durations=10 tests/image
 
 test-serve: venv engine base-image tiny-model
-	$(PYTEST) -q tests/serve
+	$(PYTEST) -q --durations=10 tests/serve
 
 # The nspawn hosts need systemd-nspawn and debootstrap; the model's delivery, rsync (the
 # controller's side) and nginx (the mirror it fetches from). All Debian packages.
@@ -145,7 +145,7 @@ test-ansible: venv planner engine
 	  command -v rsync >/dev/null && command -v nginx >/dev/null || \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	    --no-install-recommends systemd-container debootstrap rsync nginx >/dev/null; }
-	$(PYTEST) -q tests/ansible
+	$(PYTEST) -q --durations=15 tests/ansible  # the slowest, for the time budget
 
 # The sweep: stock vLLM against every layout the planner considers, zen and pace against plain
 # and the peers (vLLM's data parallel, llama.cpp's server on bf16 and Q8_0 GGUF), each
@@ -194,7 +194,7 @@ bench-images: venv engine base-image
 	mkdir -p docs/images && cp out/images/figures.json out/images/figures.md docs/images/
 
 test-bench: venv planner engine
-	$(PYTEST) -q tests/bench
+	$(PYTEST) -q --durations=10 tests/bench
 
 test-reliability: venv planner engine
 	$(PYTEST) -q tests/reliability
