@@ -280,3 +280,23 @@ def test_the_amx_permission_is_read_back_from_the_launchers_line():
         'zenvllm_amx_granted{deployment="site-a",zenvllm_instance="site-a-0",target="zen",'
         'model_name="qwen",vllm_instance="10.0.0.5:8001"} 1'
     ]
+
+
+def test_what_holds_for_a_container_start_is_asked_once_per_start():
+    asked = []
+
+    def ask(info):
+        asked.append(info["Id"])
+        return {"a": "ZenCpuPlatform", "b": None}[info["Id"]]
+
+    def info(cid, started="t0"):
+        return {"Id": cid, "State": {"StartedAt": started}}
+
+    cache: dict[str, str] = {}
+    for _ in range(2):
+        assert status.per_start(info("a"), cache, " x", ask) == "ZenCpuPlatform"
+        assert status.per_start(info("b"), cache, " x", ask) == ""  # no answer: asked again
+    assert asked == ["a", "b", "b"] and cache == {"a@t0 x": "ZenCpuPlatform"}
+    status.per_start(info("a", "t1"), cache, " x", ask)  # restarted: asked again
+    status.per_start(info("a"), None, " x", ask)  # no cache: asked every time
+    assert asked[3:] == ["a", "a"]

@@ -152,7 +152,9 @@ def write_textfile(path: Path, text: str) -> None:
     write_atomically(path, text)
 
 
-# The platform cache's own key: a file without it is not one this wrote.
+# The platform cache's own key: a file without it is not one this wrote. (It keeps the
+# AMX verdict per start too, under "<start> amx"; the mark's words stay, or every cache
+# written before would be refused as foreign.)
 CACHE_MARK = {"#": "zenvllm status: vLLM's platform per container start"}
 
 
@@ -230,8 +232,8 @@ def run(args: argparse.Namespace) -> int:
         write_textfile(args.textfile, exposition(rows))
     else:
         print(json.dumps(rows, indent=2) if args.json else render(rows))
-    bad = [r for r in rows if r["placement"] != "ok" or r["health"] != "ok"]
-    return 1 if bad or any(r["router"] not in (None, "healthy") for r in rows) else 0
+    ok = ("ok", "ok", None), ("ok", "ok", "healthy")
+    return 0 if all((r["placement"], r["health"], r["router"]) in ok for r in rows) else 1
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -105,34 +105,45 @@ def threads(pid: int) -> dict[str, frozenset[int]]:
     return out
 
 
-def platform_of(info: dict, cache: dict[str, str]) -> str:
-    """vLLM's platform, asked in the running container once per start (a python3 that
-    imports vLLM: seconds), then from `cache`; "" when vLLM cannot be asked."""
-    key = f"{info.get('Id', '')}@{info.get('State', {}).get('StartedAt', '')}"
-    if key not in cache:
-        name = info.get("Name", "").lstrip("/")
-        try:
-            answer = docker("exec", name, "python3", "-c", observed.PLATFORM_CODE, timeout=120)
-        except UserError:  # vLLM not importable there: no verdict, not a fallback
-            return ""
-        cache[key] = (answer.strip().splitlines() or [""])[-1]
+def per_start(info: dict, cache: dict[str, str] | None, what: str, ask) -> str:
+    """`ask(info)`'s answer, which holds for one start of the container: asked once and
+    kept in `cache` under that start (without a cache, asked each time); "" and not kept
+    when `ask` has no answer (None)."""
+    key = f"{info.get('Id', '')}@{info.get('State', {}).get('StartedAt', '')}{what}"
+    if cache is None or key not in cache:
+        answer = ask(info)
+        if answer is None or cache is None:
+            return answer or ""
+        cache[key] = answer
     return cache[key]
 
 
-def amx_of(info: dict) -> str:
+def platform_of(info: dict) -> str | None:
+    """vLLM's platform, asked in the running container (a python3 that imports vLLM:
+    seconds); None when vLLM cannot be asked."""
+    name = info.get("Name", "").lstrip("/")
+    try:
+        answer = docker("exec", name, "python3", "-c", observed.PLATFORM_CODE, timeout=120)
+    except UserError:  # vLLM not importable there: no verdict, not a fallback
+        return None
+    return (answer.strip().splitlines() or [""])[-1]
+
+
+def amx_of(info: dict) -> str | None:
     """The AMX tile permission the launcher obtained (its line in the container's first
-    two minutes of output; the permission holds for the processes it starts)."""
+    two minutes of output; the permission holds for the processes it starts); None when
+    there is no such line (yet)."""
     started = re.match(
         r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)", info.get("State", {}).get("StartedAt", "")
     )
     name = info.get("Name", "").lstrip("/")
     if not started or not name:
-        return ""
+        return None
     when = datetime.datetime.fromisoformat(started[1] + "+00:00").timestamp() + 120
     try:
-        return amx.verdict(docker("logs", "--until", f"{when:.0f}", name, both=True))
+        return amx.verdict(docker("logs", "--until", f"{when:.0f}", name, both=True)) or None
     except UserError:
-        return ""
+        return None
 
 
 def seen(info: dict, platforms: dict[str, str] | None) -> Seen:
@@ -148,14 +159,15 @@ def seen(info: dict, platforms: dict[str, str] | None) -> Seen:
             read_proc(Path(f"/proc/{member}/numa_maps")) or ""
         ).items():
             pages[node] = pages.get(node, 0) + n
-    platform = platform_of(info, platforms) if pid and platforms is not None else ""
+    # Both hold for one container start: asked once per start where there is a cache.
+    platform = per_start(info, platforms, "", platform_of) if pid and platforms is not None else ""
     return Seen(
         cpus=frozenset(parse_cpu_list(host.get("CpusetCpus") or "")),
         mems=frozenset(parse_cpu_list(host.get("CpusetMems") or "")),
         threads=every,
         pages=pages,
         platform=platform,
-        amx=amx_of(info) if pid else "",
+        amx=per_start(info, platforms, " amx", amx_of) if pid else "",
     )
 
 
