@@ -97,7 +97,7 @@ def deployment(tmp_path_factory):
         "zenvllm_instances_kv_cache_gib": 1,
         "zenvllm_instances_max_model_len": 512,
         "zenvllm_instances_base_port": PORTS[0],
-        "zenvllm_instances_serve_args": ["--dtype=bfloat16", "--enforce-eager"],
+        "zenvllm_instances_serve_args": ["--enforce-eager"],
         "zenvllm_instances_config_dir": str(base / "etc"),
         "zenvllm_instances_lib_dir": str(base / "lib"),
         "zenvllm_instances_seccomp_profile": str(base / "etc" / "seccomp-numa.json"),
@@ -502,7 +502,7 @@ def test_a_restarted_instance_comes_back_warm_and_faster_than_cold(deployment):
     own cache directory (a new key: the serve arguments changed), then a restart of
     the container loads what it compiled and is ready sooner."""
     base, variables = deployment
-    compiled = {**variables, "zenvllm_instances_serve_args": ["--dtype=bfloat16"]}
+    compiled = {**variables, "zenvllm_instances_serve_args": []}
     run = playbook(extra_vars=compiled)
     assert run.rc == 0 and run.failed() == 0, run.output[-5000:]
     cold, cold_log = start_log(NAMES[0])

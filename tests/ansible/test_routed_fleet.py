@@ -245,6 +245,29 @@ class Fleet:
             check=False,
         ).stdout
 
+    def instance_verdict(self) -> str:
+        """Why fleet-a's instance does not serve: still starting (slow) or a fault (its
+        unit restarting or stopped), with the unit's state and its log's last lines."""
+        unit = f"{DEPLOYMENT}-0"
+        shown = self.ssh(
+            f"systemctl show {unit} -p ActiveState -p SubState -p NRestarts "
+            "-p ActiveEnterTimestampMonotonic; echo ---; cut -d' ' -f1 /proc/uptime; echo ---; "
+            f"journalctl -b -u {unit} -o cat -n 12 --no-pager",
+            check=False,
+        ).stdout
+        shown, uptime, log = [*shown.split("---\n", 2), "", ""][:3]
+        log = log[-3000:]
+        state = dict(ln.split("=", 1) for ln in shown.splitlines() if "=" in ln)
+        restarts = int(state.get("NRestarts", "0") or 0)
+        entered = int(state.get("ActiveEnterTimestampMonotonic", "0") or 0) / 1e6
+        since = float(uptime or 0) - entered
+        if state.get("SubState") == "running" and restarts == 0:
+            return f"slow: one start of {unit}, running {since:.0f} s, not serving yet; log:\n{log}"
+        return (
+            f"fault: {unit} is {state.get('ActiveState')}/{state.get('SubState')} after "
+            f"{restarts} restart(s) since boot; log:\n{log}"
+        )
+
     def health_states(self) -> set[str]:
         """The engine's HEALTHCHECK status of every instance container, on both hosts."""
         inspect = "docker inspect --format '{{.State.Health.Status}}' "
@@ -371,7 +394,7 @@ def fleet(tmp_path_factory):
             "zenvllm_instances_kv_cache_gib": 1,
             "zenvllm_instances_max_model_len": 512,
             "zenvllm_instances_base_port": PORT,
-            "zenvllm_instances_serve_args": ["--dtype=bfloat16", "--enforce-eager"],
+            "zenvllm_instances_serve_args": ["--enforce-eager"],
             "zenvllm_planner": str(planner),
             "zenvllm_instances_health_timeout": 600,
             "zenvllm_api_key": SECRET,
@@ -586,7 +609,9 @@ def test_the_router_host_serves_again_by_itself_after_a_reboot(fleet):
     # fleet-a's own vLLM, not only this machine's behind the router (which, restarted
     # with the host, counts a worker healthy until it has asked it).
     while fleet.own_completion() != "200":
-        assert time.monotonic() - start < 600, "fleet-a's vLLM not back 600 s after the reboot"
+        assert time.monotonic() - start < 600, (
+            f"fleet-a's vLLM not back 600 s after the reboot: {fleet.instance_verdict()}"
+        )
         time.sleep(2)
     whole = time.monotonic() - start
     fleet.wait_router_healthy()
@@ -614,9 +639,14 @@ def test_restarting_the_engine_brings_its_instance_back_while_the_other_host_ser
     assert result.failed == 0 and result.ok == 200, fleet.router_state(result.summary())
     deadline = time.monotonic() + 300
     while set(after := fleet.started(ROUTER_HOST)) & set(before) or not after:
-        assert time.monotonic() < deadline, f"no new instance container: {after}"
+        assert time.monotonic() < deadline, (
+            f"no new instance container: {after}; {fleet.instance_verdict()}"
+        )
         time.sleep(2)
-    fleet.wait_router_healthy()
+    try:
+        fleet.wait_router_healthy()
+    except TimeoutError as err:
+        raise AssertionError(f"{err}; {fleet.instance_verdict()}") from None
     assert fleet.started("here") == neighbours
 
 

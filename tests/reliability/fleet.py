@@ -105,7 +105,7 @@ class Fleet:
             "zenvllm_instances_kv_cache_gib": 1,
             "zenvllm_instances_max_model_len": 512,
             "zenvllm_instances_served_model_name": "tiny",
-            "zenvllm_instances_serve_args": ["--dtype", "bfloat16", "--enforce-eager"],
+            "zenvllm_instances_serve_args": ["--enforce-eager"],
             "zenvllm_instances_supervisor": "engine",
             "zenvllm_instances_config_dir": str(self.config_dir),
             "zenvllm_instances_lib_dir": str(self.root / "lib"),

@@ -18,6 +18,18 @@ def this_host() -> Host:
     return read_host(Path("/"))
 
 
+def cpuinfo_flags(text: str | None = None) -> set[str]:
+    """The first processor's flags, read here apart from the product's own reader."""
+    text = Path("/proc/cpuinfo").read_text() if text is None else text
+    line = next(ln for ln in text.splitlines() if ln.startswith("flags"))
+    return set(line.split(":", 1)[1].split())
+
+
+def serving_dtype() -> str:
+    """What vLLM should serve in here: bf16 where the CPU computes it, float32 elsewhere."""
+    return "bfloat16" if {"avx512_bf16", "amx_bf16"} & cpuinfo_flags() else "float32"
+
+
 def has_amx() -> bool:
     """What the kernel should offer here: AMX in cpuinfo on Linux 5.16 or newer."""
     release = tuple(int(n) for n in os.uname().release.split("-")[0].split(".")[:2])

@@ -117,7 +117,7 @@ def serve(image: str, model: Path, port: int, *extra: str, run_opts: tuple[str, 
     return container(
         image,
         *("--model", "/model", "--port", str(port), "--max-model-len", "512"),
-        *("--dtype", "bfloat16", *extra),
+        *extra,  # no --dtype: the launcher serves what this CPU computes natively
         run_opts=(*run_opts, "-v", f"{model}:/model:ro"),
     )
 

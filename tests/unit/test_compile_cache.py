@@ -51,7 +51,7 @@ def test_each_instance_mounts_its_own_directory(plan):
     [
         {"image_id": "sha256:def"},
         {"image": "zenvllm/vllm-openai:0.32.0"},
-        {"serve_args": ("--dtype=bfloat16", "--enforce-eager")},
+        {"serve_args": ("--enforce-eager",)},
         {"max_model_len": 2048},
         {"model_dir": "/srv/models/other"},
         {"extra_env": {"VLLM_ZENTORCH_WEIGHT_PREPACK": "0"}},

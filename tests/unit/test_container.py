@@ -74,7 +74,7 @@ def test_systemd_runs_it_in_the_foreground_the_engine_restarts_it(instance):
     [
         {"image_id": "sha256:def"},
         {"model_dir": "/srv/models/other"},
-        {"serve_args": ("--dtype=float32",)},
+        {"serve_args": ("--enforce-eager",)},
         {"extra_env": {"VLLM_LOGGING_LEVEL": "DEBUG"}},
         {"address": "10.0.0.5"},
     ],

@@ -135,7 +135,10 @@ def test_prepare_plans_the_container_and_keeps_explicit_env(zen4, tmp_path, monk
     argv = launcher.prepare(
         ["--model", str(model), "--max-model-len", "512"], env, zen4, {"port": 8000}
     )
-    assert argv == ["vllm", "serve", str(model), "--max-model-len", "512", "--port", "8000"]
+    assert argv == [
+        *("vllm", "serve", str(model), "--max-model-len", "512"),
+        *("--dtype=bfloat16", "--port", "8000"),  # zen4 computes bf16 natively
+    ]
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "1"  # explicit wins
     assert int(env["VLLM_CPU_KVCACHE_SPACE"]) >= 1  # planned
     assert env["VLLM_ZENTORCH_WEIGHT_PREPACK"] == "1"  # the zen target's tuning

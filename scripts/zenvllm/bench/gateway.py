@@ -174,7 +174,7 @@ def deployment_for(
     """`zenvllm bench --gateway deploy`'s deployment: it serves like the servers it is
     compared with (same image, eager mode, context), on ports above theirs; its paths
     are checked before any work."""
-    serve = ["--dtype", "bfloat16"] + (["--enforce-eager"] if eager else [])
+    serve = ["--enforce-eager"] if eager else []  # the plan sets --dtype
     if base_port + PORTS[1] > 65535:
         raise UserError(
             f"--base-port {base_port}: the gateway's deployment takes ports "

@@ -59,7 +59,7 @@ def container_settings(
         container_model_dir=MODEL_MOUNT,
         served_model_name=MODEL_MOUNT,  # what the clients ask for
         max_model_len=max_model_len,
-        serve_args=("--dtype=bfloat16", *(["--enforce-eager"] if eager else []), *profiling),
+        serve_args=(*(["--enforce-eager"] if eager else []), *profiling),  # the plan sets --dtype
         seccomp_profile=str(SECCOMP_PROFILE),
         config_dir=str(env_dir),
         supervisor="none",  # the bench stops it, reads its log and removes it

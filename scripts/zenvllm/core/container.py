@@ -105,6 +105,7 @@ def container_of(instance, request: Request, secrets: str = "") -> Container:
         f"--host={request.address}",
         f"--port={instance.port}",
         *([f"--max-model-len={request.max_model_len}"] if request.max_model_len else []),
+        f"--dtype={instance.dtype}",
         *request.serve_args,
     ]
     cache = ""

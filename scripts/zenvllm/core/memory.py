@@ -29,7 +29,7 @@ def page_cache_room(model: Model) -> int:
     before that check, 1.2 GiB of it page cache. The pages are reclaimable, so a
     node's budget does not count them; only the limit leaves them room.
     """
-    return int(model.weight_bytes)
+    return int(model.weight_bytes if model.file_bytes is None else model.file_bytes)
 
 
 def kv_need_gib(model: Model, policy: Policy, max_len: int | None) -> int | None:

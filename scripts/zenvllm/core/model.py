@@ -17,7 +17,10 @@ from zenvllm.core.host import GIB
 from zenvllm.core.quantization import Quantization
 from zenvllm.core.quantization import read as read_quantization
 
-DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "fp8": 1}
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+ALIASES = {"float": "float32", "half": "float16"}  # config.json's other spellings
+# safetensors' names of the floating dtypes vLLM converts to the dtype it serves in.
+FLOATING = ("BF16", "F16", "F32", "F64")
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,9 @@ class Model:
     kv_bytes_per_token: int | None = None  # None: only the size is known
     max_model_len: int | None = None  # the config's max_position_embeddings
     quantization: Quantization | None = None  # None: bf16 or other unquantized weights
+    dtype: str = "bfloat16"  # what the floating weights and the KV cache are counted in
+    float_bytes: int | None = None  # bytes of floating tensors (None: all of weight_bytes)
+    file_bytes: int | None = None  # bytes of the weight files (None: weight_bytes, as stored)
 
     @property
     def weight_gib(self) -> float:
@@ -150,6 +156,17 @@ def safetensors_bytes(path: Path) -> int:
     return sum(end - start for start, end in safetensors_spans(path)[1])
 
 
+def safetensors_float_bytes(path: Path) -> int:
+    """Bytes of its floating tensors (not packed integers); after safetensors_spans
+    checked the file, so every tensor's offsets are sound."""
+    _, _, header = safetensors_header(path)
+    return sum(
+        t["data_offsets"][1] - t["data_offsets"][0]
+        for key, t in header.items()
+        if key != "__metadata__" and t.get("dtype") in FLOATING
+    )
+
+
 def shards(path: Path) -> list[Path]:
     """The safetensors files vLLM loads. With an index, exactly the shards it names (as
     vLLM does: a stale extra shard beside it is not counted), each of which must exist."""
@@ -184,8 +201,8 @@ def shards(path: Path) -> list[Path]:
     return found
 
 
-def read_model(path: Path, dtype: str | None = None) -> Model:
-    """Size a local model directory. `dtype` overrides the config's for KV bytes."""
+def read_model(path: Path) -> Model:
+    """Size a local model directory as stored (core/dtype.py sizes it as served)."""
     config_file = path / "config.json"
     if not config_file.exists():  # a FIFO or device is the gate's to refuse
         raise UserError(
@@ -198,9 +215,12 @@ def read_model(path: Path, dtype: str | None = None) -> Model:
         CONFIG_FIX,
     )
     weight_files = shards(path)
-    dtype = dtype or config.get("torch_dtype") or config.get("dtype") or "bfloat16"
+    dtype = config.get("torch_dtype") or config.get("dtype") or "bfloat16"
+    dtype = ALIASES.get(dtype, dtype) if isinstance(dtype, str) else dtype
+    if not (isinstance(dtype, str) and dtype in DTYPE_BYTES):
+        dtype = "bfloat16"  # a value vLLM would not take either: count the common case
     try:
-        kv = kv_bytes_per_token(config, DTYPE_BYTES.get(str(dtype), 2))
+        kv = kv_bytes_per_token(config, DTYPE_BYTES[dtype])
         max_len = config_int(config, "max_position_embeddings")
         quantization = read_quantization(config, "config.json")
     except UserError as err:
@@ -211,4 +231,6 @@ def read_model(path: Path, dtype: str | None = None) -> Model:
         kv_bytes_per_token=kv,
         max_model_len=max_len,
         quantization=quantization,
+        dtype=dtype,
+        float_bytes=sum(safetensors_float_bytes(f) for f in weight_files),
     )

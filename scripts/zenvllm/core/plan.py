@@ -28,6 +28,9 @@ The rules, and the evidence behind their defaults:
 * Memory is planned from each node's total, not its momentary free memory, so
   re-planning a host whose instances already run gives the same plan (and
   Ansible stays idempotent); low free memory is a warning.
+* dtype: what the CPU computes natively (core/dtype.py): bfloat16 with AVX512-BF16 or
+  AMX, float32 elsewhere (vLLM emulates bf16 there, 4.35x slower on a Zen 3); every size
+  below is of the model as served in it.
 * KV cache: what the node has left after the OS reserve and every instance's
   weights, runtime and shm, times `kv_fraction`, shared out; never more than
   the model can use (max_num_seqs x max_model_len tokens), never under
@@ -48,6 +51,7 @@ from zenvllm.core.cores import (
     split_cores,
     usable_cores,
 )
+from zenvllm.core.dtype import served_model, serving_dtype
 from zenvllm.core.errors import PlanError
 from zenvllm.core.host import GIB, MIB, Host
 from zenvllm.core.memory import fixed_cost, gib, kv_cache_per_node, page_cache_room
@@ -72,6 +76,7 @@ class Instance:
     shm_size_mib: int
     memory_limit_mib: int
     env: dict[str, str] = field(default_factory=dict)
+    dtype: str = "bfloat16"  # vLLM's --dtype
 
     @property
     def omp_threads_bind(self) -> str:
@@ -133,6 +138,7 @@ class Plan:
             },
             "model": {
                 "name": self.model.name,
+                "dtype": self.model.dtype,
                 "weight_gib": round(self.model.weight_gib, 3),
                 "kv_bytes_per_token": self.model.kv_bytes_per_token,
                 "quantization": q.label if (q := self.model.quantization) else None,
@@ -163,6 +169,7 @@ def instance_of(
     kv: int,
     limit_bytes: int,
     policy: Policy,
+    dtype: str,
 ) -> Instance:
     """One instance on its slice of cores: names, port, binding, sizes and env; its
     memory limit is `limit_bytes` (everything but the KV cache) plus the KV cache."""
@@ -196,6 +203,7 @@ def instance_of(
         shm_size_mib=policy.shm_size_mib,
         memory_limit_mib=memory_mib,
         env=env,
+        dtype=dtype,
     )
 
 
@@ -250,7 +258,9 @@ def place(
             warnings.append(f"node {node_id}'s memory is outside the cgroup; using nodes {mems}")
         for slice_cores in split_cores(cores[node_id], k, policy.layout):
             index = len(instances)
-            instances.append(instance_of(index, node_id, slice_cores, mems, kv, limit, policy))
+            instances.append(
+                instance_of(index, node_id, slice_cores, mems, kv, limit, policy, model.dtype)
+            )
         tokens = (
             f", room for {kv * GIB // model.kv_bytes_per_token:,} tokens"
             if model.kv_bytes_per_token
@@ -289,11 +299,22 @@ def final_checks(
     return warnings, notes
 
 
+def dtype_note(why: str, stored: Model, served: Model) -> str:
+    if stored.weight_bytes == served.weight_bytes or served.weight_bytes <= 0:
+        return why
+    return (
+        f"{why}; the weights take {served.weight_gib:.2f} GiB so "
+        f"({stored.weight_gib:.2f} GiB stored as {stored.dtype})"
+    )
+
+
 def make_plan(host: Host, model: Model, policy: Policy | None = None) -> Plan:
     """Count, size and place the instances; every step's reasons in warnings and notes."""
     policy = policy or Policy()
     inactive = check_policy(host, policy)
     quantization.check(model.quantization, host, model.name)
+    served = serving_dtype(host, policy.dtype)
+    stored, model = model, served_model(model, served.dtype)
     cores = usable_cores(host)
     if not cores:
         raise PlanError(
@@ -303,6 +324,7 @@ def make_plan(host: Host, model: Model, policy: Policy | None = None) -> Plan:
     per_instance = cores_per_instance(model, policy, host.smt)
     counts = instances_per_node(cores, policy, per_instance)
     warnings, notes = layout_notes(host, cores, counts, model, policy, per_instance)
+    notes.append(dtype_note(served.why, stored, model))
     notes += quantization.note(model.quantization, policy.target)
     counts, kv_by_node, kv_warnings, kv_notes = kv_cache_per_node(host, model, policy, counts)
     instances, place_warnings, place_notes = place(host, model, policy, cores, counts, kv_by_node)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from zenvllm.core.dtype import CHOICES as DTYPES
 from zenvllm.core.errors import PlanError
 from zenvllm.core.host import Host
 from zenvllm.core.request import DEFAULT, LAYOUTS, Request
@@ -18,6 +19,7 @@ class Policy:
     instances: int | None = DEFAULT.instances  # None: auto
     target: str = DEFAULT.target
     layout: str = DEFAULT.layout
+    dtype: str = DEFAULT.dtype  # auto: what the CPU computes natively (core/dtype.py)
     base_port: int = DEFAULT.base_port
     name_prefix: str = DEFAULT.deployment
     # The image launcher and deployments set it, so zen or pace starts anywhere, loudly.
@@ -57,6 +59,7 @@ class Policy:
             instances=request.instances,
             target=request.target,
             layout=request.layout,
+            dtype=request.dtype,
             base_port=request.base_port,
             name_prefix=request.deployment,
             allow_inactive=request.allow_inactive,
@@ -70,6 +73,8 @@ def check_policy(host: Host, policy: Policy) -> str:
     """Refuse a policy the planner cannot follow; the inactive-target warning, or ""."""
     if policy.target not in TARGETS:
         raise PlanError(f"unknown target {policy.target!r}; choose one of {', '.join(TARGETS)}")
+    if policy.dtype not in DTYPES:
+        raise PlanError(f"unknown dtype {policy.dtype!r}; choose one of {', '.join(DTYPES)}")
     if policy.layout not in LAYOUTS:
         raise PlanError(f"unknown layout {policy.layout!r}; choose one of {', '.join(LAYOUTS)}")
     if policy.instances is not None and policy.instances < 1:

@@ -24,6 +24,7 @@ from typing import Any
 
 from zenvllm.core import gate
 from zenvllm.core.arguments import NAME, NAME_RULE
+from zenvllm.core.dtype import CHOICES as DTYPES
 from zenvllm.core.flavors import PRESETS
 from zenvllm.core.targets import TARGETS
 
@@ -126,6 +127,14 @@ class Request:
         low=0,
         high=1 << 20,
         example="16",
+    )
+    dtype: str = option(
+        "auto",
+        "The dtype vLLM serves in: auto is what the CPU computes natively (bfloat16 with "
+        "AVX512-BF16 or AMX, float32 elsewhere); the weights and KV cache are sized in it.",
+        MODEL,
+        flag="--dtype",
+        choices=DTYPES,
     )
     max_model_len: int = option(
         0,
@@ -280,8 +289,9 @@ class Request:
         "/model", "Where the model appears in the container.", IMAGE, path=True
     )
     serve_args: tuple[str, ...] = option(
-        ("--dtype=bfloat16",),
-        "More arguments for `vllm serve`, after the model, host and port.",
+        (),
+        "More arguments for `vllm serve`, after the model, host, port and dtype (set the "
+        "dtype with dtype, not here).",
         IMAGE,
     )
     extra_env: dict[str, str] = option(  # noqa: RUF009 (a fresh {} per request)
@@ -527,6 +537,11 @@ def from_json(text: str, source: str = "--request") -> Request:
         if key not in asked:
             raise gate.InputError(f"{source}: {key[:40]!r} is not an option of a request; {fix}")
     request = replace(DEFAULT, **{k: check(k, v, f"{source}: {k}") for k, v in given.items()})
+    if any(a == "--dtype" or a.startswith("--dtype=") for a in request.serve_args):
+        raise gate.InputError(
+            f"{source}: serve_args names --dtype, which the plan sets; give dtype instead "
+            f"({', '.join(DTYPES)}; auto serves what the CPU computes natively)"
+        )
     try:
         ipaddress.ip_address(request.address)
     except ValueError:

@@ -123,7 +123,8 @@ def render_table(plan: Plan) -> str:
         f"      {len(host.cpus)} CPUs ({len(host.allowed_cpus)} allowed), "
         f"{'SMT' if host.smt else 'no SMT'}, {len(host.nodes)} NUMA node(s), "
         f"{host.mem_total_bytes / GIB:.1f} GiB, ISA: {' '.join(sorted(host.isa)) or 'none'}",
-        f"model: {plan.model.name}, {plan.model.weight_gib:.2f} GiB weights; "
+        f"model: {plan.model.name}, {plan.model.weight_gib:.2f} GiB weights in "
+        f"{plan.model.dtype}; "
         f"target {plan.policy.target}",
         "",
         f"{'instance':<12}{'port':>6}{'node':>6}  {'cpuset':<16}{'omp bind':<16}"

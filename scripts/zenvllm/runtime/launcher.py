@@ -97,6 +97,22 @@ def vllm_argv(serve: ServeArgs, port: str) -> list[str]:
 
 
 # -- the plan ----------------------------------------------------------------
+# vLLM's --dtype spellings, as the planner names them.
+VLLM_DTYPES = {"bfloat16": "bfloat16", "float32": "float32", "float": "float32"}
+VLLM_DTYPES |= {"float16": "float16", "half": "float16"}
+
+
+def with_dtype(serve: ServeArgs, host: Host) -> ServeArgs:
+    """The serve args with --dtype: the caller's, else what this CPU computes natively."""
+    from zenvllm.core.dtype import serving_dtype
+
+    if serve.option("--dtype") is not None:
+        return serve
+    served = serving_dtype(host)
+    log(f"{served.why} (give --dtype to choose)")
+    return ServeArgs(serve.model, [*serve.rest, f"--dtype={served.dtype}"])
+
+
 def plan_env(host: Host, serve: ServeArgs, target: str) -> tuple[dict[str, str], list[str], int]:
     """The env a one-instance plan of this container wants, its notes and shm MiB."""
     from zenvllm.core.model import Model, read_model
@@ -104,13 +120,15 @@ def plan_env(host: Host, serve: ServeArgs, target: str) -> tuple[dict[str, str],
 
     path = Path(serve.model)
     if (path / "config.json").is_file():
-        model = read_model(path, dtype=serve.option("--dtype"))
+        model = read_model(path)
     else:
         model = Model(name=serve.model, weight_bytes=0)  # a hub name: size unknown
     max_len = serve.option("--max-model-len")
+    asked = serve.option("--dtype") or "auto"
     policy = Policy(
         instances=1,
         target=target,
+        dtype=VLLM_DTYPES.get(asked, model.dtype),  # vLLM's auto: the config's
         allow_inactive=True,  # zen or pace on another CPU serves, and says why below
         max_model_len=int(max_len) if max_len and max_len.isdigit() else None,
     )
@@ -326,6 +344,7 @@ def prepare(argv: list[str], env: dict[str, str], host: Host, manifest: dict) ->
         f"cpus {','.join(str(c) for c in sorted(host.allowed_cpus))}; vendor {host.vendor or '?'};"
         f" isa {' '.join(sorted(host.isa)) or 'none'}"
     )
+    serve = with_dtype(serve, host)
     if env.get(deployed.ENV_KEY):
         shm_mib = check_deployed(env, host, target)
     else:

@@ -1,0 +1,120 @@
+"""The serving dtype follows the silicon: bf16 where the CPU computes it, float32 elsewhere,
+and every size in the plan is of the model as served."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from support import cpu
+from support.tiny_model import ensure_tiny_model
+
+from zenvllm.core.dtype import native_bf16, served_model, serving_dtype
+from zenvllm.core.errors import PlanError
+from zenvllm.core.flavors import PRESETS, synthetic_host
+from zenvllm.core.host import GIB, MIB
+from zenvllm.core.memory import page_cache_room
+from zenvllm.core.model import Model, model_of_size, read_model
+from zenvllm.core.plan import Policy, make_plan
+from zenvllm.core.topology import read_host
+from zenvllm.runtime import launcher
+
+MILAN, GENOA = "epyc-7763-8c-32g", "epyc-9454-24c-96g"
+
+
+def test_a_bf16_model_on_zen3_is_planned_in_float32_with_four_byte_weights():
+    model = Model("m", weight_bytes=4 * GIB, kv_bytes_per_token=1024, max_model_len=512)
+    plan = make_plan(synthetic_host(MILAN), model)
+    assert plan.model.dtype == "float32"
+    assert plan.model.weight_bytes == 8 * GIB
+    assert plan.model.kv_bytes_per_token == 2048
+    assert {i.dtype for i in plan.instances} == {"float32"}
+    note = next(n for n in plan.notes if n.startswith("dtype float32"))
+    assert "avx512_bf16 nor amx_bf16" in note and "8.00 GiB so (4.00 GiB stored" in note
+    # The page cache holds the files as stored: 4 GiB, not the 8 GiB in memory.
+    assert page_cache_room(plan.model) == 4 * GIB
+    inst = plan.instances[0]
+    limit_without_kv = inst.memory_limit_mib * MIB - inst.kv_cache_gib * GIB
+    assert limit_without_kv == pytest.approx((8 + 2.5 + 1 + 4) * GIB, abs=MIB)
+
+
+def test_the_same_model_on_zen4_stays_bfloat16():
+    model = model_of_size(4)
+    plan = make_plan(synthetic_host(GENOA), model)
+    assert (plan.model.dtype, plan.model.weight_bytes) == ("bfloat16", 4 * GIB)
+    assert any(n.startswith("dtype bfloat16: AMD EPYC 9454") for n in plan.notes)
+    assert plan.to_dict()["model"]["dtype"] == "bfloat16"
+    container = plan.to_dict()["instances"][0]["container"]
+    assert "--dtype=bfloat16" in container["command"]
+
+
+def test_the_operator_can_force_a_dtype():
+    plan = make_plan(synthetic_host(MILAN), model_of_size(1), Policy(dtype="bfloat16"))
+    assert plan.model.dtype == "bfloat16" and plan.model.weight_bytes == GIB
+    assert "dtype bfloat16: asked for by the operator" in plan.notes
+    plan = make_plan(synthetic_host(GENOA), model_of_size(1), Policy(dtype="float32"))
+    assert plan.instances[0].dtype == "float32" and plan.model.weight_bytes == 2 * GIB
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_every_preset_gets_the_dtype_its_flags_compute(preset):
+    host = synthetic_host(preset)
+    expected = "bfloat16" if {"avx512_bf16", "amx_bf16"} & host.flags else "float32"
+    assert serving_dtype(host).dtype == expected
+
+
+def test_a_model_twice_the_size_in_float32_can_be_refused_where_bf16_fits():
+    # 24 GiB of bf16 weights are 48 GiB as float32: more than a 48 GiB Zen 3 host's
+    # 46 GiB usable, which holds them as bf16.
+    host = synthetic_host("vcpus=16,ram_gib=48,cpu=milan")
+    with pytest.raises(PlanError, match=r"weights 48\.0 GiB"):
+        make_plan(host, model_of_size(24))
+    assert make_plan(host, model_of_size(24), Policy(dtype="bfloat16")).instances
+
+
+def test_quantized_weights_keep_their_integers_and_only_floats_double():
+    q = Model("q", weight_bytes=3 * GIB, float_bytes=GIB, kv_bytes_per_token=100)
+    served = served_model(q, "float32")
+    assert served.weight_bytes == 4 * GIB and served.float_bytes == 2 * GIB
+    assert served.file_bytes == 3 * GIB and served.kv_bytes_per_token == 200
+
+
+def test_read_model_counts_the_floating_tensors_of_the_tiny_model():
+    model = read_model(ensure_tiny_model())
+    assert model.dtype == "bfloat16"
+    assert model.float_bytes == model.weight_bytes  # every tensor is BF16
+
+
+def test_the_launcher_adds_the_native_dtype_and_keeps_an_explicit_one(fixtures_dir, monkeypatch):
+    monkeypatch.setattr(launcher, "shm_free", lambda path="/dev/shm": 1 << 30)
+    milan = read_host(fixtures_dir / "vm-milan-8vcpu-avx2")
+    argv = launcher.prepare(["--model", "/m"], {"LD_PRELOAD": ""}, milan, {})
+    assert "--dtype=float32" in argv
+    argv = launcher.prepare(["--model", "/m", "--dtype", "bfloat16"], {"LD_PRELOAD": ""}, milan, {})
+    assert "--dtype=float32" not in argv and argv.count("--dtype") == 1
+
+
+def test_this_machine_is_planned_in_the_dtype_its_own_cpu_computes():
+    expected = cpu.serving_dtype()
+    assert native_bf16(read_host()) == (expected == "bfloat16")
+    out = subprocess.run(
+        [sys.executable, "-m", "zenvllm", "plan", "--model-size-gib", "0.5", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    plan = json.loads(out)
+    assert plan["model"]["dtype"] == expected
+    assert all(f"--dtype={expected}" in i["container"]["command"] for i in plan["instances"])
+
+
+def test_a_dtype_in_serve_args_is_refused_by_name():
+    from zenvllm.core import gate, request
+
+    with pytest.raises(gate.InputError, match=r"serve_args names --dtype.*give dtype instead"):
+        request.from_json(json.dumps({"serve_args": ["--dtype=float32"]}))
+    with pytest.raises(gate.InputError, match='dtype is "fp8", not one of auto, bfloat16'):
+        request.from_json(json.dumps({"dtype": "fp8"}))

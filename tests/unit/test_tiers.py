@@ -1,0 +1,44 @@
+"""`make test`'s runner (scripts/test_tiers.sh) against a stand-in make: each tier timed
+against its share of the budget, a tier over its share named, a failure still failing."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+RUNNER = REPO / "scripts" / "test_tiers.sh"
+
+
+def run(tmp_path: Path, *tiers: str, script: str) -> subprocess.CompletedProcess:
+    make = tmp_path / "make"
+    make.write_text(f"#!/bin/bash\ncase \"$2\" in\n{script}\nesac\n")
+    make.chmod(0o755)
+    return subprocess.run(
+        ["bash", str(RUNNER), *tiers],
+        env={"MAKE": str(make), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_a_tier_over_its_share_is_named_but_does_not_fail_the_run(tmp_path):
+    done = run(tmp_path, "slow=0", "quick=5", "free", script="test-slow) sleep 1.2;;")
+    assert done.returncode == 0, done.stdout
+    assert "==> tier slow: passed in 0m1s (share 0m0s)" in done.stdout
+    assert "==> tier quick: passed in 0m0s (share 5m0s)" in done.stdout
+    assert "==> tier free: passed in 0m0s\n" in done.stdout  # no share, none shown
+    assert re.search(r"^  all +0m1s +of 5m0s$", done.stdout, re.M), done.stdout
+    assert "over its share of the time budget: slow (0m1s > 0m0s)" in done.stdout
+    assert "quick (" not in done.stdout.split("over its share")[1]
+    assert done.stdout.rstrip().endswith("make test: every tier passed")
+
+
+def test_a_failed_tier_fails_the_run_and_the_next_tier_still_runs(tmp_path):
+    done = run(tmp_path, "broken=3", "after=3", script="test-broken) exit 1;;")
+    assert done.returncode == 1
+    assert "==> tier after: passed" in done.stdout
+    assert "over its share" not in done.stdout
+    assert "make test: not passed: broken" in done.stdout
