@@ -76,9 +76,13 @@ collection: venv-deploy planner
 reference: venv
 	$(BIN)/python -m zenvllm.reference
 
+# The host layers (the planner zipapp: core, runtime) run on every host Python README
+# names, Ubuntu 22.04's 3.10 the oldest: vermin fails on anything newer they use.
+HOST_LAYERS := scripts/zenvllm/__init__.py scripts/zenvllm/__main__.py scripts/zenvllm/core scripts/zenvllm/runtime
 lint: venv
 	$(BIN)/ruff check scripts tests ansible
 	$(BIN)/ruff format --check scripts tests ansible
+	$(BIN)/vermin -q --no-tips --eval-annotations --violations -t=3.10- $(HOST_LAYERS)
 
 unit: venv
 	$(PYTEST) -q tests/unit

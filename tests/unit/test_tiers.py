@@ -13,7 +13,7 @@ RUNNER = REPO / "scripts" / "test_tiers.sh"
 
 def run(tmp_path: Path, *tiers: str, script: str) -> subprocess.CompletedProcess:
     make = tmp_path / "make"
-    make.write_text(f"#!/bin/bash\ncase \"$2\" in\n{script}\nesac\n")
+    make.write_text(f'#!/bin/bash\ncase "$2" in\n{script}\nesac\n')
     make.chmod(0o755)
     return subprocess.run(
         ["bash", str(RUNNER), *tiers],

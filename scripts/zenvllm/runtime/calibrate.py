@@ -19,7 +19,7 @@ import ctypes
 import multiprocessing
 import os
 import time
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 from zenvllm.core import gate
@@ -164,7 +164,7 @@ def calibrate(host: Host, seconds: float = 2.0, models: tuple[Path, ...] = ()) -
     return Calibration(
         cpu_model=host.model_name or "unknown CPU",
         cpus=len(host.allowed_cpus),
-        measured_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         method=(
             f"memmove copy of {nbytes // MIB} MiB buffers, {seconds:g} s per measurement, "
             "one process per physical core, bytes read + written"
