@@ -64,9 +64,10 @@ def test_model_too_big_for_a_node():
     done = zenvllm("plan", "--flavor", "epyc-9454-24c-96g", "--model-size-gib", "140", "--json")
     refused(
         done,
-        "does not fit node 0",
+        "does not fit this host",
         "144.5 GiB",  # what one instance needs: 140 weights + 2.5 runtime + 1 shm + 1 KV
-        "93.1 GiB usable of 96.0 GiB",  # the limit
+        "node 0 has 93.1 GiB usable of 96.0 GiB",  # the limit
+        "2 hosts of this kind would hold its weights",  # how far it is
         "smaller or quantized model",  # the fix
     )
 

@@ -13,7 +13,7 @@ from zenvllm.core.flavors import CPU_MODELS, PRESETS, synthetic_host
 from zenvllm.core.host import GIB, MIB
 from zenvllm.core.memory import node_budget, page_cache_room
 from zenvllm.core.model import Model, model_of_size
-from zenvllm.core.plan import Policy, make_plan
+from zenvllm.core.plan import Policy, Rank, make_plan
 from zenvllm.core.topology import parse_cpu_list
 
 TINY = Model(name="tiny", weight_bytes=2 * MIB, kv_bytes_per_token=1024, max_model_len=512)
@@ -33,18 +33,28 @@ def check_invariants(plan, host):
         assert not cpus & seen, f"{inst.name} shares CPUs"
         seen |= cpus
         assert cpus <= host.allowed_cpus
-        assert {host.cpu(c).node for c in cpus} == {inst.node}, "instance crosses a node"
+        ranks = inst.ranks or (Rank(inst.node, inst.cpus, inst.omp_cpus),)
+        assert inst.tensor_parallel_size == len(ranks)
+        assert len({r.node for r in ranks}) == len(ranks), "two ranks on one node"
+        for r in ranks:
+            assert {host.cpu(c).node for c in r.cpus} == {r.node}, "a rank crosses a node"
+            assert set(r.omp_cpus) <= set(r.cpus)
+        assert {c for r in ranks for c in r.cpus} == cpus
         assert set(inst.omp_cpus) <= cpus
         cores = [host.cpu(c).core for c in inst.omp_cpus]
         assert len(cores) == len(set(cores)), "two OpenMP threads on one physical core"
-        assert parse_cpu_list(inst.omp_threads_bind) == inst.omp_cpus
+        binds = inst.omp_threads_bind.split("|")
+        assert [parse_cpu_list(b) for b in binds] == [r.omp_cpus for r in ranks]
         assert inst.env["VLLM_CPU_OMP_THREADS_BIND"] == inst.omp_threads_bind
         assert inst.env["VLLM_CPU_KVCACHE_SPACE"] == str(inst.kv_cache_gib)
         assert inst.kv_cache_gib >= plan.policy.min_kv_cache_gib
-        # The limit leaves room for the weights' page cache; the node budget does not.
-        resident = inst.memory_limit_mib * MIB - MIB - page_cache_room(plan.model)
-        limits[inst.node] = limits.get(inst.node, 0) + inst.memory_limit_mib * MIB - MIB
-        per_node[inst.node] = per_node.get(inst.node, 0) + resident
+        # The limit leaves room for the weights' page cache (the files', read once by
+        # every rank); each node's budget holds its rank's share and no page cache.
+        k = len(ranks)
+        resident = (inst.memory_limit_mib * MIB - MIB - page_cache_room(plan.model)) / k
+        for r in ranks:
+            limits[r.node] = limits.get(r.node, 0) + (inst.memory_limit_mib * MIB - MIB) / k
+            per_node[r.node] = per_node.get(r.node, 0) + resident
     for node_id, used in per_node.items():
         assert used <= node_budget(host.node(node_id).mem_total_bytes, plan.policy)
     if host.cgroup_mem_limit_bytes:

@@ -106,6 +106,11 @@ def container_of(instance, request: Request, secrets: str = "") -> Container:
         f"--port={instance.port}",
         *([f"--max-model-len={request.max_model_len}"] if request.max_model_len else []),
         f"--dtype={instance.dtype}",
+        *(
+            [f"--tensor-parallel-size={instance.tensor_parallel_size}"]
+            if instance.tensor_parallel_size > 1
+            else []
+        ),
         *request.serve_args,
     ]
     cache = ""

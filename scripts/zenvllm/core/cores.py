@@ -50,30 +50,39 @@ def omp_cpus_of(slice_cores: list[tuple[int, ...]], policy: Policy) -> tuple[int
     return tuple(sorted(omp))
 
 
+def cores_needed(model: Model, policy: Policy) -> int:
+    """Cores whose bandwidth streams the weights within the step target, uncapped (0 when
+    the model's size is unknown)."""
+    per_core_step = policy.core_bandwidth_gbs * 1e9 * policy.tpot_target_ms / 1000
+    return max(0, math.ceil(model.weight_bytes / per_core_step))
+
+
 def cores_per_instance(model: Model, policy: Policy, smt: bool = True) -> int:
     """The fewest cores that stream the weights within the step target; without SMT at
     least `min_cores_without_smt`, since a 1-core instance's API server and scheduler
     take turns with its only OpenMP thread."""
     if model.weight_bytes <= 0:
         return policy.max_cores_per_instance
-    per_core_step = policy.core_bandwidth_gbs * 1e9 * policy.tpot_target_ms / 1000
     least = 1 if smt else policy.min_cores_without_smt
-    return max(
-        least, min(policy.max_cores_per_instance, math.ceil(model.weight_bytes / per_core_step))
-    )
+    return max(least, min(policy.max_cores_per_instance, cores_needed(model, policy)))
 
 
 def instances_per_node(
-    cores: dict[int, list[tuple[int, ...]]], policy: Policy, per_instance: int
+    cores: dict[int, list[tuple[int, ...]]], policy: Policy, per_instance: int, needed: int = 0
 ) -> dict[int, int]:
     """Auto: as many slices of at least `per_instance` cores (and at most the cap) as fit
-    each node. Explicit counts: spread over nodes by their core counts (largest remainder)."""
+    each node, but one copy on a node whose cores cannot stream the weights in time
+    (`needed` more than it has): a second copy there would halve each one's bandwidth and
+    double the weights read per token. Explicit counts: spread over nodes by their core
+    counts (largest remainder)."""
     total_cores = sum(len(c) for c in cores.values())
     n = policy.instances
     if n is None:
         cap = policy.max_cores_per_instance
         return {
-            node: min(len(c), max(1, len(c) // per_instance, math.ceil(len(c) / cap)))
+            node: 1
+            if needed > len(c)
+            else min(len(c), max(1, len(c) // per_instance, math.ceil(len(c) / cap)))
             for node, c in cores.items()
         }
     if n > total_cores:

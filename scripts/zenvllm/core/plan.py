@@ -40,11 +40,12 @@ The rules, and the evidence behind their defaults:
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
-from zenvllm.core import deployed, quantization
+from zenvllm.core import deployed, parallel, quantization
 from zenvllm.core.container import container_of, placement
 from zenvllm.core.cores import (
+    cores_needed,
     cores_per_instance,
     instances_per_node,
     omp_cpus_of,
@@ -65,6 +66,15 @@ __all__ = ["LAYOUTS", "Instance", "Plan", "Policy", "make_plan"]
 
 
 @dataclass(frozen=True)
+class Rank:
+    """One rank of an instance: its node, its cores and OpenMP's CPUs among them."""
+
+    node: int
+    cpus: tuple[int, ...]
+    omp_cpus: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class Instance:
     name: str
     port: int
@@ -77,10 +87,21 @@ class Instance:
     memory_limit_mib: int
     env: dict[str, str] = field(default_factory=dict)
     dtype: str = "bfloat16"  # vLLM's --dtype
+    ranks: tuple[Rank, ...] = ()  # one per node its copy is split over (tensor parallel)
+
+    @property
+    def tensor_parallel_size(self) -> int:
+        return max(1, len(self.ranks))
+
+    @property
+    def pipeline_parallel_size(self) -> int:
+        return 1  # one host per copy (pipeline parallel across hosts: not planned yet)
 
     @property
     def omp_threads_bind(self) -> str:
-        return format_cpu_list(self.omp_cpus)
+        """vLLM's form: one CPU list per rank, split by '|'."""
+        ranks = self.ranks or (Rank(self.node, self.cpus, self.omp_cpus),)
+        return "|".join(format_cpu_list(r.omp_cpus) for r in ranks)
 
     @property
     def docker_args(self) -> list[str]:
@@ -94,6 +115,12 @@ class Instance:
             mems=list(self.mems),
             omp_threads_bind=self.omp_threads_bind,
             docker_args=self.docker_args,
+            tensor_parallel_size=self.tensor_parallel_size,
+            pipeline_parallel_size=self.pipeline_parallel_size,
+            ranks=[
+                {"node": r.node, "cpus": list(r.cpus), "omp_cpus": list(r.omp_cpus)}
+                for r in self.ranks
+            ],
         )
         return d
 
@@ -163,48 +190,53 @@ class Plan:
 
 def instance_of(
     index: int,
-    node_id: int,
-    slice_cores: list[tuple[int, ...]],
+    ranks: list[tuple[int, list[tuple[int, ...]]]],
     mems: tuple[int, ...],
     kv: int,
     limit_bytes: int,
     policy: Policy,
     dtype: str,
 ) -> Instance:
-    """One instance on its slice of cores: names, port, binding, sizes and env; its
-    memory limit is `limit_bytes` (everything but the KV cache) plus the KV cache."""
+    """One instance on its ranks' cores (a replica has one rank: its node and slice of
+    cores): names, port, binding, sizes and env; its memory limit is `limit_bytes`
+    (everything but the KV cache) plus every rank's KV cache."""
     name = f"{policy.name_prefix}-{index}"
-    cpus = tuple(sorted(c for ids in slice_cores for c in ids))
-    omp = omp_cpus_of(slice_cores, policy)
-    memory_mib = math.ceil((limit_bytes + kv * GIB) / MIB)
+    placed = tuple(
+        Rank(node, tuple(sorted(c for ids in cores for c in ids)), omp_cpus_of(cores, policy))
+        for node, cores in ranks
+    )
+    cpus = tuple(sorted(c for r in placed for c in r.cpus))
+    omp = tuple(sorted(c for r in placed for c in r.omp_cpus))
+    memory_mib = math.ceil((limit_bytes + len(placed) * kv * GIB) / MIB)
     # What the container's launcher checks instead of planning again.
     promise = deployed.Promise(
         name,
         policy.target,
         format_cpu_list(cpus),
         format_cpu_list(mems),
-        policy.shm_size_mib,
+        policy.shm_size_mib * len(placed),
         memory_mib,
     )
-    env = {
-        "VLLM_CPU_KVCACHE_SPACE": str(kv),
-        "VLLM_CPU_OMP_THREADS_BIND": format_cpu_list(omp),
-        **TARGETS[policy.target].env,
-        deployed.ENV_KEY: deployed.encode(promise),
-    }
-    return Instance(
+    instance = Instance(
         name=name,
         port=policy.base_port + index,
-        node=node_id,
+        node=placed[0].node,
         cpus=cpus,
         omp_cpus=omp,
         mems=mems,
         kv_cache_gib=kv,
-        shm_size_mib=policy.shm_size_mib,
+        shm_size_mib=policy.shm_size_mib * len(placed),
         memory_limit_mib=memory_mib,
-        env=env,
         dtype=dtype,
+        ranks=placed if len(placed) > 1 else (),
     )
+    env = {
+        "VLLM_CPU_KVCACHE_SPACE": str(kv),  # per rank
+        "VLLM_CPU_OMP_THREADS_BIND": instance.omp_threads_bind,
+        **TARGETS[policy.target].env,
+        deployed.ENV_KEY: deployed.encode(promise),
+    }
+    return replace(instance, env=env)
 
 
 def layout_notes(
@@ -228,6 +260,15 @@ def layout_notes(
             f"core (cap {policy.max_cores_per_instance}){floor}; that bandwidth is "
             f"{policy.bandwidth_source}"
         )
+        needed = cores_needed(model, policy)
+        starved = [node for node, c in cores.items() if needed > len(c)]
+        if starved:
+            notes.append(
+                f"nodes {format_cpu_list(starved)}: one copy each, as their cores cannot stream "
+                f"the weights within the target ({needed} needed): a second copy would halve "
+                "each copy's bandwidth and double the bytes read per token, where one copy's "
+                "larger batch reads them once"
+            )
     idle = sorted(set(cores) - set(counts))
     if idle:
         warnings.append(f"nodes {idle} get no instance with --instances {policy.instances}")
@@ -259,7 +300,7 @@ def place(
         for slice_cores in split_cores(cores[node_id], k, policy.layout):
             index = len(instances)
             instances.append(
-                instance_of(index, node_id, slice_cores, mems, kv, limit, policy, model.dtype)
+                instance_of(index, [(node_id, slice_cores)], mems, kv, limit, policy, model.dtype)
             )
         tokens = (
             f", room for {kv * GIB // model.kv_bytes_per_token:,} tokens"
@@ -308,6 +349,51 @@ def dtype_note(why: str, stored: Model, served: Model) -> str:
     )
 
 
+def place_groups(
+    host: Host, model: Model, policy: Policy, cores: dict, parts: parallel.Split
+) -> tuple[list[Instance], list[str], list[str]]:
+    """Copies split tensor-parallel: groups of `parts.tensor` nodes in order, one rank per
+    node on all its usable cores, each rank sized for its shard of the weights."""
+    k, rank_model = parts.tensor, parallel.shard(model, parts.tensor)
+    groups = [parts.nodes[i : i + k] for i in range(0, len(parts.nodes), k)]
+    if policy.instances is not None:
+        groups = groups[: policy.instances]
+    counts = {node: 1 for group in groups for node in group}
+    counts, kv_by_node, warnings, notes = kv_cache_per_node(host, rank_model, policy, counts)
+    limit = k * fixed_cost(rank_model, policy) + page_cache_room(model)
+    instances = []
+    for index, group in enumerate(groups):
+        kv = min(kv_by_node[node] for node in group)
+        ranks = [(node, split_cores(cores[node], 1, policy.layout)[0]) for node in group]
+        mems = tuple(n for n in group if n in host.allowed_mems) or tuple(sorted(host.allowed_mems))
+        instances.append(instance_of(index, ranks, mems, kv, limit, policy, model.dtype))
+        tokens = (
+            f", room for {kv * GIB // rank_model.kv_bytes_per_token:,} tokens"
+            if rank_model.kv_bytes_per_token
+            else ""
+        )
+        notes.append(
+            f"nodes {format_cpu_list(group)}: one copy in {k} ranks, "
+            f"{rank_model.weight_gib:.2f} GiB of weights and KV {kv} GiB per rank{tokens}"
+        )
+    idle = sorted(set(cores) - set(counts))
+    if idle:
+        warnings.append(f"nodes {idle} get no rank: the copies take {k} nodes each")
+    return instances, [parts.why, *notes], warnings
+
+
+def place_replicas(
+    host: Host, model: Model, policy: Policy, cores: dict
+) -> tuple[list[Instance], list[str], list[str]]:
+    """Whole copies: each node split into slices of cores, one instance per slice."""
+    per_instance = cores_per_instance(model, policy, host.smt)
+    counts = instances_per_node(cores, policy, per_instance, cores_needed(model, policy))
+    warnings, notes = layout_notes(host, cores, counts, model, policy, per_instance)
+    counts, kv_by_node, kv_warnings, kv_notes = kv_cache_per_node(host, model, policy, counts)
+    instances, place_warnings, place_notes = place(host, model, policy, cores, counts, kv_by_node)
+    return instances, [*notes, *kv_notes, *place_notes], [*warnings, *kv_warnings, *place_warnings]
+
+
 def make_plan(host: Host, model: Model, policy: Policy | None = None) -> Plan:
     """Count, size and place the instances; every step's reasons in warnings and notes."""
     policy = policy or Policy()
@@ -321,15 +407,14 @@ def make_plan(host: Host, model: Model, policy: Policy | None = None) -> Plan:
             "no usable CPUs: the cgroup cpuset allows none of the online CPUs; "
             "widen the container's --cpuset-cpus"
         )
-    per_instance = cores_per_instance(model, policy, host.smt)
-    counts = instances_per_node(cores, policy, per_instance)
-    warnings, notes = layout_notes(host, cores, counts, model, policy, per_instance)
+    parts = parallel.split(host, model, policy, list(cores))
+    if parts.tensor > 1:
+        instances, notes, warnings = place_groups(host, model, policy, cores, parts)
+    else:
+        instances, notes, warnings = place_replicas(host, model, policy, cores)
     notes.append(dtype_note(served.why, stored, model))
     notes += quantization.note(model.quantization, policy.target)
-    counts, kv_by_node, kv_warnings, kv_notes = kv_cache_per_node(host, model, policy, counts)
-    instances, place_warnings, place_notes = place(host, model, policy, cores, counts, kv_by_node)
     last_warnings, last_notes = final_checks(host, model, policy, instances)
-    warnings = [*([inactive] if inactive else []), *warnings, *kv_warnings]
-    warnings += [*place_warnings, *last_warnings]
-    notes += [*kv_notes, *place_notes, *last_notes]
+    warnings = [*([inactive] if inactive else []), *warnings, *last_warnings]
+    notes += last_notes
     return Plan(host, model, policy, tuple(instances), tuple(warnings), tuple(notes))

@@ -20,6 +20,7 @@ class Policy:
     target: str = DEFAULT.target
     layout: str = DEFAULT.layout
     dtype: str = DEFAULT.dtype  # auto: what the CPU computes natively (core/dtype.py)
+    tensor_parallel: int | None = None  # None: auto, whole copies while one fits a node
     base_port: int = DEFAULT.base_port
     name_prefix: str = DEFAULT.deployment
     # The image launcher and deployments set it, so zen or pace starts anywhere, loudly.
@@ -60,6 +61,7 @@ class Policy:
             target=request.target,
             layout=request.layout,
             dtype=request.dtype,
+            tensor_parallel=request.tensor_parallel_size,
             base_port=request.base_port,
             name_prefix=request.deployment,
             allow_inactive=request.allow_inactive,

@@ -164,6 +164,17 @@ class Request:
         low=1,
         example="2",
     )
+    tensor_parallel: str | int = option(
+        "auto",
+        "Ranks per copy of the model, one per NUMA node (vLLM's tensor parallel): auto "
+        "splits a copy only when it fits no node; N (a power of two) splits every copy "
+        "N ways, for lower latency.",
+        DEPLOY,
+        flag="--tensor-parallel",
+        auto=True,
+        low=1,
+        example="2",
+    )
     target: str = option(
         "vllm-openai",
         "The image target the plan tunes the environment for.",
@@ -428,6 +439,11 @@ class Request:
     def instances(self) -> int | None:
         """count as the planner takes it: None for auto."""
         return None if self.count == "auto" else int(self.count)
+
+    @property
+    def tensor_parallel_size(self) -> int | None:
+        """tensor_parallel as the planner takes it: None for auto."""
+        return None if self.tensor_parallel == "auto" else int(self.tensor_parallel)
 
     @property
     def served_name(self) -> str:
