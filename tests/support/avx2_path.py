@@ -4,9 +4,10 @@ any x86 machine, in bf16 and in the dtype the planner chooses there, and time bo
 What an AVX2-only CPU changes inside the container, and how each is forced here:
 * the launcher and vLLM read /proc/cpuinfo: a Zen 3 view is bind-mounted over it
   (tests/support/cpu.py's fixture), so the launcher plans float32;
-* vLLM 0.32 loads its AVX2 kernel library (`_C_AVX2`) when torch reports no AVX-512:
-  a .pth file in the image's venv makes torch.cpu's two checks answer False in every
-  Python process, vLLM's workers included;
+* vLLM 0.32 loads its AVX2 kernel library (`_C_AVX2`) when torch reports no AVX-512,
+  and picks AMX GEMM and attention kernels when it reports AMX: a .pth file in the
+  image's venv makes torch.cpu's capability checks answer False in every Python
+  process, vLLM's workers included;
 * oneDNN runs at most AVX2 code (ONEDNN_MAX_CPU_ISA=AVX2), so vLLM's bf16 linears fail
   to be created there and fall back to torch, as the Zen 3 log shows; ATen's own kernels
   run their AVX2 builds (ATEN_CPU_CAPABILITY=avx2).
@@ -34,17 +35,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from support import cpu, engine
 from support.tiny_model import ensure_tiny_model
 
-PTH = (
-    "import torch.cpu as c; c._is_avx512_supported = lambda: False; "
-    "c._is_avx512_bf16_supported = lambda: False\n"
-)
+# torch.cpu's capability checks vLLM reads (kernel library, AMX GEMM and attention).
+CHECKS = ("avx512", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_fp16")
+PTH = "import torch.cpu as c; " + "; ".join(f"c._is_{f}_supported = lambda: False" for f in CHECKS)
+PTH += "\n"
 ENV = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
 FALLBACK = "Failed to create oneDNN linear, fallback to torch linear"
 
 
 def site_packages(image: str) -> str:
     code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
-    return engine.docker(*engine.python_in(image, code)).stdout.strip()
+    return engine.python_in(image, code)[0]
 
 
 def load(port: int, prompts: int, concurrency: int, max_tokens: int) -> tuple[float, int]:
