@@ -296,7 +296,7 @@ def test_the_recorded_runs_pass_with_every_verdict_derived_again(name):
 
 def measured(host, seconds):
     return Calibration(
-        cpu_model=host.model_name,
+        cpu_model=host.cpu_name,
         cpus=len(host.allowed_cpus),
         measured_at="2026-11-25T00:00:00+00:00",
         method="test",

@@ -33,7 +33,7 @@ def calibration_for(root: Path, per_core_gbs: float) -> Calibration:
     host = read_host(root)
     nodes = {n.id: NodeFigure(len(n.cpus), per_core_gbs * len(n.cpus)) for n in host.nodes}
     return Calibration(
-        cpu_model=host.model_name,
+        cpu_model=host.cpu_name,
         cpus=len(host.allowed_cpus),
         measured_at="2026-11-23T00:00:00+00:00",
         method="test figures",
@@ -117,7 +117,7 @@ def test_calibrate_measures_this_host_and_the_plan_quotes_it(tmp_path):
     assert done.returncode == 0, done.stderr
     cal = parse(out.read_text(), str(out))
     host = read_host()
-    assert cal.cpu_model == (host.model_name or "unknown CPU")
+    assert cal.cpu_model == host.cpu_name
     assert cal.cpus == len(host.allowed_cpus)
     assert set(cal.nodes) == {n for n in calibrate.usable_cores(host)}
     assert all(f.gbs > 0.1 and f.cores >= 1 for f in cal.nodes.values())

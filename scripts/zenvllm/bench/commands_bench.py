@@ -284,7 +284,7 @@ def choose_gateway(
 def describe_host(host: Host) -> str:
     """The machine in one line, for the report's title and meta."""
     return (
-        f"{host.model_name or 'unknown CPU'}, {len(host.allowed_cpus)} CPUs, "
+        f"{host.cpu_name}, {len(host.allowed_cpus)} CPUs, "
         f"{len(host.nodes)} NUMA node(s), {host.mem_total_bytes / GIB:.0f} GiB"
     )
 

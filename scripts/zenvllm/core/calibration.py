@@ -140,7 +140,7 @@ def parse(text: str, source: str) -> Calibration:
 
 def mismatch(cal: Calibration, host: Host) -> str:
     """Why the figures do not describe this host; "" when they do."""
-    here = host.model_name or "unknown CPU"
+    here = host.cpu_name
     if cal.cpu_model != here:
         return f"it was measured on {cal.cpu_model}, this host is {here}"
     if cal.cpus != len(host.allowed_cpus):

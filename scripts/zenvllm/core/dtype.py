@@ -39,7 +39,7 @@ def serving_dtype(host: Host, asked: str = AUTO) -> Served:
     """The dtype to serve in on `host`, and why (for the plan's notes)."""
     if asked != AUTO:
         return Served(asked, f"dtype {asked}: asked for by the operator")
-    cpu = host.model_name or "this CPU"
+    cpu = host.cpu_name
     if native_bf16(host):
         flags = " and ".join(f for f in NATIVE_BF16_FLAGS if f in host.flags)
         return Served("bfloat16", f"dtype bfloat16: {cpu} computes it natively ({flags})")

@@ -23,19 +23,23 @@ class CpuModel:
     model_name: str
     flags: tuple[str, ...]
     l3_cores: int  # physical cores per L3 domain (CCX)
+    family: int  # /proc/cpuinfo's cpu family and model of the part
+    model: int
 
 
 CPU_MODELS = {
-    "milan": CpuModel("AuthenticAMD", "AMD EPYC 7763 (Zen 3)", ("avx2", "fma"), 8),
-    "genoa": CpuModel("AuthenticAMD", "AMD EPYC 9454 (Zen 4)", (*ZEN_COMMON, "avx512_bf16"), 8),
+    "milan": CpuModel("AuthenticAMD", "AMD EPYC 7763", ("avx2", "fma"), 8, 25, 1),
+    "genoa": CpuModel("AuthenticAMD", "AMD EPYC 9454", (*ZEN_COMMON, "avx512_bf16"), 8, 25, 17),
     "turin": CpuModel(
-        "AuthenticAMD", "AMD EPYC 9755 (Zen 5)", (*ZEN_COMMON, "avx512_bf16", "avx_vnni"), 8
+        "AuthenticAMD", "AMD EPYC 9755", (*ZEN_COMMON, "avx512_bf16", "avx_vnni"), 8, 26, 2
     ),
     "sapphire-rapids": CpuModel(
         "GenuineIntel",
-        "Intel Xeon Platinum 8480+ (Sapphire Rapids)",
+        "Intel Xeon Platinum 8480+",
         (*ZEN_COMMON, "avx512_bf16", "amx_bf16", "amx_tile", "amx_int8"),
         56,
+        6,
+        143,
     ),
 }
 
@@ -148,4 +152,6 @@ def synthetic_host(spec: str) -> Host:
         model_name=model.model_name,
         flags=frozenset(model.flags),
         source=f"flavor {spec}",
+        family=model.family,
+        cpu_model=model.model,
     )

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from zenvllm.core.generations import cpu_name, generation
+
 GIB = 1024**3
 MIB = 1024**2
 
@@ -49,6 +51,8 @@ class Host:
     model_name: str = ""
     flags: frozenset[str] = field(default_factory=frozenset)
     source: str = "/"  # where it was read from, or the flavor's name
+    family: int | None = None  # /proc/cpuinfo's cpu family and model (None: not given)
+    cpu_model: int | None = None
 
     def cpu(self, cpu_id: int) -> Cpu:
         return next(c for c in self.cpus if c.id == cpu_id)
@@ -59,6 +63,17 @@ class Host:
     @property
     def smt(self) -> bool:
         return len({c.core for c in self.cpus}) < len(self.cpus)
+
+    @property
+    def generation(self) -> str:
+        """ "Zen 3", "Sapphire Rapids", ... ("" when unknown): what the brand string under
+        KVM often leaves out."""
+        return generation(self.vendor, self.family, self.cpu_model)
+
+    @property
+    def cpu_name(self) -> str:
+        """The brand string with its generation, for plans, status and results."""
+        return cpu_name(self.model_name, self.generation, self.family, self.cpu_model)
 
     @property
     def isa(self) -> frozenset[str]:

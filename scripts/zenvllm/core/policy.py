@@ -106,5 +106,5 @@ def inactive_target(host: Host, policy: Policy) -> str:
         return ""
     return (
         f"target {policy.target} needs {', '.join(lacking)}, which this CPU "
-        f"({host.model_name or 'unknown model'}) lacks; it would run without its acceleration"
+        f"({host.cpu_name}) lacks; it would run without its acceleration"
     )

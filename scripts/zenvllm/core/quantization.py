@@ -79,7 +79,7 @@ def check(q: Quantization | None, host: Host, model_name: str) -> None:
     if q and missing:
         raise PlanError(
             f"{model_name}: {q.label} needs {' '.join(missing)}, which this CPU "
-            f"({host.model_name or 'unknown'}) lacks: {q.why}. Serve "
+            f"({host.cpu_name}) lacks: {q.why}. Serve "
             f"{SERVABLE_WITHOUT_AVX512} here, or use a host with AVX-512 "
             "(AMD EPYC Zen 4 or newer, Intel Xeon Skylake-SP or newer)"
         )

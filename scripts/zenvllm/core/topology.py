@@ -89,6 +89,13 @@ class CpuInfo:
     vendor: str
     model_name: str
     flags: frozenset[str]
+    family: int | None = None
+    model: int | None = None
+
+
+def small_int(text: str | None) -> int | None:
+    """A cpuinfo number (family, model): a few digits, else None."""
+    return int(text) if text and text.isascii() and text.isdigit() and len(text) <= 6 else None
 
 
 def parse_cpuinfo(text: str) -> CpuInfo:
@@ -106,6 +113,8 @@ def parse_cpuinfo(text: str) -> CpuInfo:
         vendor=fields.get("vendor_id", ""),
         model_name=fields.get("model name", ""),
         flags=frozenset(fields.get("flags", "").split()),
+        family=small_int(fields.get("cpu family")),
+        model=small_int(fields.get("model")),
     )
 
 
@@ -391,4 +400,6 @@ def read_host(root: Path = Path("/")) -> Host:
         model_name=info.model_name,
         flags=info.flags,
         source=str(root),
+        family=info.family,
+        cpu_model=info.model,
     )

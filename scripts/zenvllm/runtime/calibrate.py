@@ -162,7 +162,7 @@ def calibrate(host: Host, seconds: float = 2.0, models: tuple[Path, ...] = ()) -
     alone = measure(first[:1], nbytes, seconds)
     nodes = {node: NodeFigure(len(c), measure(c, nbytes, seconds)) for node, c in per_node.items()}
     return Calibration(
-        cpu_model=host.model_name or "unknown CPU",
+        cpu_model=host.cpu_name,
         cpus=len(host.allowed_cpus),
         measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         method=(

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
         read_model(model)
     host = read_host()
     print(
-        f"calibrate: measuring {host.model_name or 'this CPU'} for ~{4 * args.seconds:g} s",
+        f"calibrate: measuring {host.cpu_name} for ~{4 * args.seconds:g} s",
         file=sys.stderr,
     )
     cal = calibrate(host, args.seconds, tuple(args.model))

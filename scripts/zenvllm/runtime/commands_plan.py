@@ -119,7 +119,7 @@ def plan_from(args: argparse.Namespace, asked: Request) -> Plan:
 def render_table(plan: Plan) -> str:
     host = plan.host
     lines = [
-        f"host: {host.source}  {host.model_name or '?'} ({host.vendor or '?'})",
+        f"host: {host.source}  {host.cpu_name} ({host.vendor or '?'})",
         f"      {len(host.cpus)} CPUs ({len(host.allowed_cpus)} allowed), "
         f"{'SMT' if host.smt else 'no SMT'}, {len(host.nodes)} NUMA node(s), "
         f"{host.mem_total_bytes / GIB:.1f} GiB, ISA: {' '.join(sorted(host.isa)) or 'none'}",
