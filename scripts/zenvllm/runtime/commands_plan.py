@@ -131,8 +131,9 @@ def render_table(plan: Plan) -> str:
         f"{'KV GiB':>7}{'shm MiB':>9}{'mem MiB':>9}",
     ]
     for i in plan.instances:
+        nodes = format_cpu_list(r.node for r in i.ranks) if i.ranks else str(i.node)
         lines.append(
-            f"{i.name:<12}{i.port:>6}{i.node:>6}  {format_cpu_list(i.cpus):<16}"
+            f"{i.name:<12}{i.port:>6}{nodes:>6}  {format_cpu_list(i.cpus):<16}"
             f"{i.omp_threads_bind:<16}{i.kv_cache_gib:>7}{i.shm_size_mib:>9}{i.memory_limit_mib:>9}"
         )
     lines += ["", "why:"] + [f"  - {n}" for n in plan.notes]
