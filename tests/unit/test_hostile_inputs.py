@@ -17,8 +17,10 @@ import struct
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.tiny_model import ensure_tiny_model
 
 from zenvllm import cli
 
@@ -213,3 +215,21 @@ def test_mangled_sysfs_and_procfs_trees_never_traceback(data):
                 path.write_text(data.draw(GARBAGE))
         assert_clean(*run("plan", "--root", str(root), "--model-size-gib", "1"), "plan")
         assert_clean(*run("doctor", "--root", str(root)), "doctor", ok=(0, 1))
+
+
+@pytest.mark.parametrize("option", ["--model", "--weights", "--out", "--compile-cache"])
+def test_a_symlink_loop_is_refused_by_name(tmp_path, option):
+    loop = tmp_path / "a"
+    loop.symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(loop)
+    model = ["--model", str(ensure_tiny_model())]
+    given = {
+        "--model": ["--model", str(loop)],
+        "--weights": [*model, "--weights", f"int8={loop}"],
+        "--out": [*model, "--out", str(loop)],
+        "--compile-cache": [*model, "--compile-cache", str(loop)],
+    }[option]
+    rc, out, err = run("bench", "--dry-run", *given)
+    assert_clean(rc, out, err, "bench")
+    assert rc == 2 and str(loop) in err, err  # --out refuses any link it did not make
+    assert "its links cannot be followed" in err or option == "--out", err

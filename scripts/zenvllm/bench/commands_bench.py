@@ -95,7 +95,7 @@ def weights_copies(specs: list[str], model_dir: Path) -> tuple[layouts.Weights, 
             )
         if name in {c.name for c in copies}:
             raise UserError(f"--weights {spec}: {name} is given twice; name each copy once")
-        directory = Path(path).resolve()
+        directory = gate.resolved(Path(path), f"--weights {spec}", "give a model's directory")
         if not directory.is_dir():
             raise UserError(f"--weights {spec}: {directory} is not a directory; give a model's")
         copy = read_model(directory)
@@ -127,9 +127,9 @@ def run(args: argparse.Namespace) -> int:
     outputs.check_output(args.out, "--out")  # before any work
     if args.metrics_file:
         metrics.check_metrics_file(args.metrics_file)
-    if not args.model.is_dir():
+    model_dir = gate.resolved(args.model, f"--model {args.model}", "give a local model directory")
+    if not model_dir.is_dir():
         raise UserError(f"--model {args.model}: not a directory; give a local model directory")
-    model_dir = args.model.resolve()
     model = read_model(model_dir)
     max_len = args.max_model_len or min(DEFAULT_MAX_MODEL_LEN, model.max_model_len or 10**9)
     workload = workload_from(args)
@@ -154,7 +154,9 @@ def run(args: argparse.Namespace) -> int:
         images=images,
         workload=workload,
         max_model_len=max_len,
-        out_dir=args.out.resolve(),  # docker -v needs an absolute path
+        out_dir=gate.resolved(
+            args.out, f"--out {args.out}", "give a directory"
+        ),  # docker -v: absolute
         gateway_url=gateway_url,
         gateway_deploy=deployment,
         start_timeout_s=args.start_timeout,
@@ -164,7 +166,13 @@ def run(args: argparse.Namespace) -> int:
         weight_bytes=model.weight_bytes,
         bandwidth=measured,
         host_cores=sum(len(c) for c in usable_cores(host).values()),
-        compile_cache_dir=str(args.compile_cache.resolve()) if args.compile_cache else "",
+        compile_cache_dir=str(
+            gate.resolved(
+                args.compile_cache, f"--compile-cache {args.compile_cache}", "give a directory"
+            )
+        )
+        if args.compile_cache
+        else "",
         serve_env=dict(args.serve_env),
         restart=not args.no_restart,
     )

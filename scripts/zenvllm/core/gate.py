@@ -49,6 +49,15 @@ class InputError(UserError):
     """Bytes from outside that zenvllm will not read or cannot use (exit 2)."""
 
 
+def resolved(path: Path, where: str, fix: str) -> Path:
+    """The absolute path with its links followed; a loop or an unreadable link is refused
+    by name (Path.resolve raises RuntimeError or OSError, not a message for a user)."""
+    try:
+        return Path(path).resolve(strict=False)
+    except (RuntimeError, OSError) as err:
+        raise InputError(f"{where}: its links cannot be followed ({err}); {fix}") from None
+
+
 def describe(mode: int) -> str:
     """What a non-regular file is, in words an operator knows."""
     for test, name in (
