@@ -83,6 +83,7 @@ lint: venv
 	$(BIN)/ruff check scripts tests ansible
 	$(BIN)/ruff format --check scripts tests ansible
 	$(BIN)/vermin -q --no-tips --eval-annotations --violations -t=3.10- $(HOST_LAYERS)
+	MYPYPATH=scripts $(BIN)/mypy --strict --python-version 3.10 --cache-dir .cache/mypy -p zenvllm.core
 
 unit: venv
 	$(PYTEST) -q tests/unit

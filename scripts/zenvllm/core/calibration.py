@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 from zenvllm.core import gate
 from zenvllm.core.host import Host
@@ -86,18 +87,18 @@ def parse(text: str, source: str) -> Calibration:
     if data.get("format") != FORMAT:
         raise gate.InputError(f"{label}: not a zenvllm calibration (format {FORMAT}); {fix}")
 
-    def field(d: dict, key: str, where: str) -> object:
+    def field(d: dict[str, Any], key: str, where: str) -> object:
         if key not in d:
             raise gate.InputError(f"{label}: {where}{key} is missing; {fix}")
         return d[key]
 
-    def whole(d: dict, key: str, where: str = "", high: int = 1 << 20) -> int:
+    def whole(d: dict[str, Any], key: str, where: str = "", high: int = 1 << 20) -> int:
         return gate.whole(field(d, key, where), f"{label}: {where}{key}", 1, high, fix)
 
-    def string(d: dict, key: str, where: str = "") -> str:
+    def string(d: dict[str, Any], key: str, where: str = "") -> str:
         return gate.text(field(d, key, where), f"{label}: {where}{key}", fix)
 
-    def gbs(d: dict, key: str, where: str = "") -> float:
+    def gbs(d: dict[str, Any], key: str, where: str = "") -> float:
         return gate.number(field(d, key, where), f"{label}: {where}{key}", 0, MAX_GBS, fix)
 
     nodes = {}

@@ -14,10 +14,35 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass
+from typing import Any, Protocol
 
 from zenvllm.core import compile_cache
 from zenvllm.core.request import Request
 from zenvllm.core.topology import format_cpu_list
+
+
+class Instance(Protocol):
+    """What the contract reads of a planned instance (core/plan.py's Instance)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def cpus(self) -> tuple[int, ...]: ...
+    @property
+    def mems(self) -> tuple[int, ...]: ...
+    @property
+    def shm_size_mib(self) -> int: ...
+    @property
+    def memory_limit_mib(self) -> int: ...
+    @property
+    def env(self) -> dict[str, str]: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def tensor_parallel_size(self) -> int: ...
+
 
 # The least privilege vLLM's CPU backend needs: SYS_NICE for its NUMA memory binding
 # (with a seccomp profile that allows the memory-policy calls), nothing else.
@@ -76,11 +101,11 @@ class Container:
         """Every file a deployment writes for this instance (and refuses to take over)."""
         return [self.env_file, self.run_script, self.unit_file]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "run_args": self.run_args, "files": self.files, "url": self.url}
 
 
-def placement(instance) -> list[str]:
+def placement(instance: Instance) -> list[str]:
     """Where the plan put the instance: its cores, memory node, memory and shm."""
     return [
         f"--cpuset-cpus={format_cpu_list(instance.cpus)}",
@@ -90,7 +115,7 @@ def placement(instance) -> list[str]:
     ]
 
 
-def container_of(instance, request: Request, secrets: str = "") -> Container:
+def container_of(instance: Instance, request: Request, secrets: str = "") -> Container:
     """The container of one planned instance (a plan.Instance) as the request asks, its
     supervisor decided (not auto); `secrets` is their digest."""
     if request.supervisor not in SUPERVISORS:

@@ -10,8 +10,11 @@ from zenvllm.core.host import Host
 from zenvllm.core.model import Model
 from zenvllm.core.policy import Policy
 
+# Node id -> its physical cores, each the sorted tuple of its allowed logical CPUs.
+Cores = dict[int, list[tuple[int, ...]]]
 
-def usable_cores(host: Host) -> dict[int, list[tuple[int, ...]]]:
+
+def usable_cores(host: Host) -> Cores:
     """Node id -> its physical cores (each a sorted tuple of allowed logical CPUs),
     ordered by L3 domain then first CPU, so contiguous slices fill L3s in turn."""
     by_core: dict[int, list[int]] = defaultdict(list)

@@ -45,15 +45,19 @@ def decode(text: str) -> Promise:
             f"{where} has fields {', '.join(sorted(fields))[:120]}, not those of a zenvllm plan "
             f"({', '.join(Promise.__dataclass_fields__)}); {fix}"
         )
+    text_of = {k: gate.text(fields[k], f"{where}: {k}", fix) for k in ("name", "target")}
+    lists = {k: gate.text(fields[k], f"{where}: {k}", fix) for k in ("cpus", "mems")}
+    sizes = {
+        k: gate.whole(fields[k], f"{where}: {k}", 1, 1 << 40, fix)
+        for k in ("shm_mib", "memory_mib")
+    }
     promise = Promise(
-        **{
-            k: gate.text(fields[k], f"{where}: {k}", fix)
-            for k in ("name", "target", "cpus", "mems")
-        },
-        **{
-            k: gate.whole(fields[k], f"{where}: {k}", 1, 1 << 40, fix)
-            for k in ("shm_mib", "memory_mib")
-        },
+        text_of["name"],
+        text_of["target"],
+        lists["cpus"],
+        lists["mems"],
+        sizes["shm_mib"],
+        sizes["memory_mib"],
     )
     for key in ("cpus", "mems"):
         try:

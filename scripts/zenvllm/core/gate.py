@@ -220,13 +220,13 @@ def shown(value: Any) -> str:
         return repr(value)[:60]
 
 
-def obj(value: Any, where: str, fix: str) -> dict:
+def obj(value: Any, where: str, fix: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise InputError(f"{where} is {shown(value)}, not a JSON object; {fix}")
     return value
 
 
-def items(value: Any, where: str, fix: str) -> list:
+def items(value: Any, where: str, fix: str) -> list[Any]:
     if not isinstance(value, list):
         raise InputError(f"{where} is {shown(value)}, not a list; {fix}")
     return value

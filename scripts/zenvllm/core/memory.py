@@ -119,10 +119,9 @@ def kv_cache_per_node(
         kv_by_node[node_id] = node_kv_gib(node_id, fit, budget, fixed, need, policy)
 
     cap = cgroup_cap_gib(host, policy, sum(counts.values()), fixed + page_cache_room(model))
-    if cap is not None and cap < max(kv_by_node.values()):
-        notes.append(
-            f"KV capped at {cap} GiB by the cgroup memory limit {gib(host.cgroup_mem_limit_bytes)}"
-        )
+    limit = host.cgroup_mem_limit_bytes
+    if cap is not None and limit is not None and cap < max(kv_by_node.values()):
+        notes.append(f"KV capped at {cap} GiB by the cgroup memory limit {gib(limit)}")
         kv_by_node = {n: min(kv, cap) for n, kv in kv_by_node.items()}
 
     for node_id, kv in kv_by_node.items():

@@ -10,6 +10,7 @@ import itertools
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from zenvllm.core import gate
 from zenvllm.core.errors import UserError
@@ -56,7 +57,7 @@ def model_of_size(gib: float, name: str | None = None) -> Model:
 MAX_CONFIG_INT = 1 << 40  # above any real layer, head, width or context count
 
 
-def config_int(config: dict, key: str, where: str = "config.json") -> int | None:
+def config_int(config: dict[str, Any], key: str, where: str = "config.json") -> int | None:
     """A positive integer field, None when absent; anything else is refused by name."""
     value = config.get(key)
     if value is None:
@@ -64,7 +65,7 @@ def config_int(config: dict, key: str, where: str = "config.json") -> int | None
     return gate.whole(value, f"{where}: {key}", 1, MAX_CONFIG_INT, CONFIG_FIX)
 
 
-def kv_bytes_per_token(config: dict, dtype_bytes: int) -> int | None:
+def kv_bytes_per_token(config: dict[str, Any], dtype_bytes: int) -> int | None:
     """K and V bytes per token: layers x KV heads x head_dim x 2 x bytes per element.
 
     MLA (DeepSeek's kv_lora_rank) caches one compressed latent per layer instead.
@@ -89,7 +90,7 @@ def kv_bytes_per_token(config: dict, dtype_bytes: int) -> int | None:
     return layers * kv_heads * head_dim * 2 * dtype_bytes
 
 
-def safetensors_header(path: Path) -> tuple[int, int, dict]:
+def safetensors_header(path: Path) -> tuple[int, int, dict[str, Any]]:
     """(file size, where the tensor data starts, the header as a JSON object), read
     through the gate: at most safetensors' own header limit, never the tensors."""
     fix = WEIGHTS_FIX

@@ -98,7 +98,7 @@ def parse_manifest(text: str, source: str) -> Files:
     return files
 
 
-def as_json(files: Files) -> dict:
+def as_json(files: Files) -> dict[str, Any]:
     return {p: {"size": e.size, "sha256": e.sha256} for p, e in sorted(files.items())}
 
 

@@ -41,10 +41,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 from zenvllm.core import deployed, parallel, quantization
 from zenvllm.core.container import container_of, placement
 from zenvllm.core.cores import (
+    Cores,
     cores_needed,
     cores_per_instance,
     instances_per_node,
@@ -57,8 +59,8 @@ from zenvllm.core.errors import PlanError
 from zenvllm.core.host import GIB, MIB, Host
 from zenvllm.core.memory import fixed_cost, gib, kv_cache_per_node, page_cache_room
 from zenvllm.core.model import Model
-from zenvllm.core.policy import LAYOUTS, Policy, check_policy
-from zenvllm.core.request import Request
+from zenvllm.core.policy import Policy, check_policy
+from zenvllm.core.request import LAYOUTS, Request
 from zenvllm.core.targets import TARGETS
 from zenvllm.core.topology import format_cpu_list
 
@@ -107,7 +109,7 @@ class Instance:
     def docker_args(self) -> list[str]:
         return placement(self)  # the container contract's, for the plan's JSON and bench
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.update(
             cpus=list(self.cpus),
@@ -134,7 +136,7 @@ class Plan:
     warnings: tuple[str, ...]
     notes: tuple[str, ...]
 
-    def to_dict(self, request: Request | None = None, secrets: str = "") -> dict:
+    def to_dict(self, request: Request | None = None, secrets: str = "") -> dict[str, Any]:
         """The JSON contract; each instance carries its container as `request` asks
         (its supervisor decided), `secrets` the digest of the env files' secrets."""
         host = self.host
@@ -243,7 +245,12 @@ def instance_of(
 
 
 def layout_notes(
-    host: Host, cores: dict, counts: dict, model: Model, policy: Policy, per_instance: int
+    host: Host,
+    cores: Cores,
+    counts: dict[int, int],
+    model: Model,
+    policy: Policy,
+    per_instance: int,
 ) -> tuple[list[str], list[str]]:
     """Why the instances are counted as they are; which nodes stay idle."""
     warnings: list[str] = []
@@ -287,7 +294,12 @@ def layout_notes(
 
 
 def place(
-    host: Host, model: Model, policy: Policy, cores: dict, counts: dict, kv_by_node: dict
+    host: Host,
+    model: Model,
+    policy: Policy,
+    cores: Cores,
+    counts: dict[int, int],
+    kv_by_node: dict[int, int],
 ) -> tuple[list[Instance], list[str], list[str]]:
     """The instances on each node's slices of cores, with its memory node."""
     instances: list[Instance] = []
@@ -319,7 +331,7 @@ def place(
 
 def final_checks(
     host: Host, model: Model, policy: Policy, instances: list[Instance]
-) -> tuple[list, list]:
+) -> tuple[list[str], list[str]]:
     """Ports in range (else a PlanError); shared cores and a tight host, said."""
     warnings: list[str] = []
     notes: list[str] = []
@@ -353,7 +365,7 @@ def dtype_note(why: str, stored: Model, served: Model) -> str:
 
 
 def place_groups(
-    host: Host, model: Model, policy: Policy, cores: dict, parts: parallel.Split
+    host: Host, model: Model, policy: Policy, cores: Cores, parts: parallel.Split
 ) -> tuple[list[Instance], list[str], list[str]]:
     """Copies split tensor-parallel: groups of `parts.tensor` nodes in order, one rank per
     node on all its usable cores, each rank sized for its shard of the weights."""
@@ -386,7 +398,7 @@ def place_groups(
 
 
 def place_replicas(
-    host: Host, model: Model, policy: Policy, cores: dict
+    host: Host, model: Model, policy: Policy, cores: Cores
 ) -> tuple[list[Instance], list[str], list[str]]:
     """Whole copies: each node split into slices of cores, one instance per slice."""
     per_instance = cores_per_instance(model, policy, host.smt)

@@ -18,6 +18,7 @@ Anything else is named but not judged: vLLM decides at start-up. Pure.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from zenvllm.core import gate
 from zenvllm.core.errors import PlanError, UserError
@@ -39,7 +40,7 @@ class Quantization:
     zentorch: bool = False  # whether the zen target's zentorch runs its linears
 
 
-def compressed_tensors(config: dict, where: str) -> Quantization:
+def compressed_tensors(config: dict[str, Any], where: str) -> Quantization:
     """The first config group's scheme: W8A8 INT8, W4A16, ..."""
     where = f"{where}: quantization_config.config_groups"
     groups = gate.obj(config.get("config_groups") or {}, where, FIX)
@@ -54,7 +55,7 @@ def compressed_tensors(config: dict, where: str) -> Quantization:
     return Quantization("compressed-tensors", label, zentorch=int8 and bool(acts.get("dynamic")))
 
 
-def read(config: dict, where: str) -> Quantization | None:
+def read(config: dict[str, Any], where: str) -> Quantization | None:
     """The model's quantization, from its config's `quantization_config`; None if bf16/fp."""
     q = config.get("quantization_config")
     if q is None:

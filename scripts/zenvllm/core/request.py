@@ -46,7 +46,7 @@ class Spec:
     high: float | None = None
     above: bool = False  # `low` itself is excluded
     example: str = ""  # shown in a refusal
-    pattern: re.Pattern | None = None  # what a string must match
+    pattern: re.Pattern[str] | None = None  # what a string must match
     path: bool = False  # an absolute path, or "" for none
     auto: bool = False  # "auto" or a whole number of `low` or more
     inherit: str = ""  # the playbook-wide variable the role's default follows
@@ -461,7 +461,8 @@ def specs() -> Iterator[tuple[str, Spec, Any]]:
 
 
 def spec_of(name: str) -> Spec:
-    return Request.__dataclass_fields__[name].metadata["spec"]
+    spec: Spec = Request.__dataclass_fields__[name].metadata["spec"]
+    return spec
 
 
 def kind(name: str) -> str:
@@ -531,8 +532,8 @@ def _str(spec: Spec, value: Any, where: str, fix: str) -> str:
     return text
 
 
-CHECKS = {"count": _count, "bool": _bool, "int": _int, "float": _float, "list": _list}
-CHECKS |= {"dict": _dict, "str": _str}
+VALIDATORS = {"count": _count, "bool": _bool, "int": _int, "float": _float, "list": _list}
+VALIDATORS |= {"dict": _dict, "str": _str}
 
 
 def check(name: str, value: Any, where: str) -> Any:
@@ -540,7 +541,7 @@ def check(name: str, value: Any, where: str) -> Any:
     `where`, the value, the limit and the fix otherwise)."""
     spec = spec_of(name)
     fix = f"give {spec.example or 'a value as its help says'}; {FIX}"
-    return CHECKS[kind(name)](spec, value, where, fix)
+    return VALIDATORS[kind(name)](spec, value, where, fix)
 
 
 def from_json(text: str, source: str = "--request") -> Request:
