@@ -88,12 +88,19 @@ def test_read_model_counts_the_floating_tensors_of_the_tiny_model():
 
 
 def test_the_launcher_adds_the_native_dtype_and_keeps_an_explicit_one(fixtures_dir, monkeypatch):
+    lines = []
+    monkeypatch.setattr(launcher, "log", lines.append)
     monkeypatch.setattr(launcher, "shm_free", lambda path="/dev/shm": 1 << 30)
     milan = read_host(fixtures_dir / "vm-milan-8vcpu-avx2")
     argv = launcher.prepare(["--model", "/m"], {"LD_PRELOAD": ""}, milan, {})
     assert "--dtype=float32" in argv
+    # The plan says why, as its own choice, not as the operator's.
+    assert any(ln.startswith("plan: dtype float32: AMD EPYC 7763") for ln in lines), lines
+    assert not any("asked for by the operator" in ln for ln in lines), lines
+    lines.clear()
     argv = launcher.prepare(["--model", "/m", "--dtype", "bfloat16"], {"LD_PRELOAD": ""}, milan, {})
     assert "--dtype=float32" not in argv and argv.count("--dtype") == 1
+    assert "plan: dtype bfloat16: asked for by the operator" in lines
 
 
 def test_this_machine_is_planned_in_the_dtype_its_own_cpu_computes():

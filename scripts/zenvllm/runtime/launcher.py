@@ -103,14 +103,13 @@ VLLM_DTYPES |= {"float16": "float16", "half": "float16"}
 
 
 def with_dtype(serve: ServeArgs, host: Host) -> ServeArgs:
-    """The serve args with --dtype: the caller's, else what this CPU computes natively."""
+    """The serve args with --dtype: the caller's, else what this CPU computes natively
+    (the plan's notes say why)."""
     from zenvllm.core.dtype import serving_dtype
 
     if serve.option("--dtype") is not None:
         return serve
-    served = serving_dtype(host)
-    log(f"{served.why} (give --dtype to choose)")
-    return ServeArgs(serve.model, [*serve.rest, f"--dtype={served.dtype}"])
+    return ServeArgs(serve.model, [*serve.rest, f"--dtype={serving_dtype(host).dtype}"])
 
 
 def plan_env(host: Host, serve: ServeArgs, target: str) -> tuple[dict[str, str], list[str], int]:
@@ -124,11 +123,12 @@ def plan_env(host: Host, serve: ServeArgs, target: str) -> tuple[dict[str, str],
     else:
         model = Model(name=serve.model, weight_bytes=0)  # a hub name: size unknown
     max_len = serve.option("--max-model-len")
-    asked = serve.option("--dtype") or "auto"
+    given = serve.option("--dtype")
     policy = Policy(
         instances=1,
         target=target,
-        dtype=VLLM_DTYPES.get(asked, model.dtype),  # vLLM's auto: the config's
+        # None: the planner's native choice, as with_dtype made; vLLM's auto: the config's
+        dtype="auto" if given is None else VLLM_DTYPES.get(given, model.dtype),
         allow_inactive=True,  # zen or pace on another CPU serves, and says why below
         max_model_len=int(max_len) if max_len and max_len.isdigit() else None,
     )
@@ -344,11 +344,11 @@ def prepare(argv: list[str], env: dict[str, str], host: Host, manifest: dict) ->
         f"cpus {','.join(str(c) for c in sorted(host.allowed_cpus))}; vendor {host.vendor or '?'};"
         f" isa {' '.join(sorted(host.isa)) or 'none'}"
     )
-    serve = with_dtype(serve, host)
+    asked, serve = serve, with_dtype(serve, host)
     if env.get(deployed.ENV_KEY):
         shm_mib = check_deployed(env, host, target)
     else:
-        shm_mib = plan_here(env, host, serve, target)
+        shm_mib = plan_here(env, host, asked, target)
 
     problem = bind_problem(env.get("VLLM_CPU_OMP_THREADS_BIND", ""), host.allowed_cpus)
     problem = problem or shm_problem(shm_free(env.get("ZENVLLM_SHM", "/dev/shm")), shm_mib)
