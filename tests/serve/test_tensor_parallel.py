@@ -30,6 +30,7 @@ from zenvllm.core.model import read_model
 from zenvllm.core.plan import Instance, Policy, make_plan
 from zenvllm.core.request import Request
 from zenvllm.core.topology import read_host
+from zenvllm.runtime.health import healthy
 
 pytestmark = pytest.mark.serve
 
@@ -77,7 +78,7 @@ def answers(image: str, instance: Instance, work: Path) -> tuple[list[dict], str
     engine.docker(*container.run_args)
     try:
         url = f"http://127.0.0.1:{container.port}"
-        engine.wait_for(lambda: ready(url), 600, "/health", container.name, every=2)
+        engine.wait_for(lambda: healthy(container.port), 600, "/health", container.name, every=2)
         replies = [
             engine.http_json(
                 f"{url}/v1/completions",
@@ -89,14 +90,6 @@ def answers(image: str, instance: Instance, work: Path) -> tuple[list[dict], str
         return replies, engine.logs(container.name)
     finally:
         engine.docker("rm", "-f", container.name, check=False)
-
-
-def ready(url: str) -> bool:
-    try:
-        engine.http_json(f"{url}/health", timeout=5)
-    except OSError:
-        return False
-    return True
 
 
 def test_a_copy_split_over_two_ranks_answers_as_the_whole_copy(image, tmp_path):

@@ -18,11 +18,16 @@ def this_host() -> Host:
     return read_host(Path("/"))
 
 
-def cpuinfo_flags(text: str | None = None) -> set[str]:
-    """The first processor's flags, read here apart from the product's own reader."""
-    text = Path("/proc/cpuinfo").read_text() if text is None else text
-    line = next(ln for ln in text.splitlines() if ln.startswith("flags"))
-    return set(line.split(":", 1)[1].split())
+def cpuinfo_field(name: str) -> str:
+    """One field of the first processor in /proc/cpuinfo, read here apart from the
+    product's own reader."""
+    first = Path("/proc/cpuinfo").read_text().split("\n\n")[0]
+    line = next(ln for ln in first.splitlines() if ln.split(":")[0].strip() == name)
+    return line.split(":", 1)[1].strip()
+
+
+def cpuinfo_flags() -> set[str]:
+    return set(cpuinfo_field("flags").split())
 
 
 def serving_dtype() -> str:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import cpu
 
 from zenvllm.core.topology import parse_cpu_list
 
@@ -72,6 +73,14 @@ def test_plan_on_this_machine_table_and_json():
     with open("/proc/cpuinfo") as f:
         online = sum(1 for line in f if line.startswith("processor"))
     assert len(plan["host"]["cpus"]) == online
+    # The CPU's own numbers and flags, as cpuinfo gives them, decide its name and dtype.
+    assert plan["host"]["family"] == int(cpu.cpuinfo_field("cpu family"))
+    assert plan["host"]["cpu_model"] == int(cpu.cpuinfo_field("model"))
+    wanted = {"avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile"}
+    assert plan["host"]["isa"] == sorted(wanted & cpu.cpuinfo_flags())
+    expected = cpu.serving_dtype()
+    assert plan["model"]["dtype"] == expected
+    assert all(f"--dtype={expected}" in i["container"]["command"] for i in plan["instances"])
 
 
 def test_impossible_model_exits_non_zero_naming_needed_and_available_gib():

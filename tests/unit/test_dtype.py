@@ -4,8 +4,6 @@ and every size in the plan is of the model as served."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 from support import cpu
@@ -103,19 +101,9 @@ def test_the_launcher_adds_the_native_dtype_and_keeps_an_explicit_one(fixtures_d
     assert "plan: dtype bfloat16: asked for by the operator" in lines
 
 
-def test_this_machine_is_planned_in_the_dtype_its_own_cpu_computes():
-    expected = cpu.serving_dtype()
-    assert native_bf16(read_host()) == (expected == "bfloat16")
-    out = subprocess.run(
-        [sys.executable, "-m", "zenvllm", "plan", "--model-size-gib", "0.5", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
-    plan = json.loads(out)
-    assert plan["model"]["dtype"] == expected
-    assert all(f"--dtype={expected}" in i["container"]["command"] for i in plan["instances"])
+def test_this_machines_flags_decide_its_dtype():
+    # The plan of this machine carries it too (test_cli_plan's test of this machine).
+    assert native_bf16(read_host()) == (cpu.serving_dtype() == "bfloat16")
 
 
 def test_a_dtype_in_serve_args_is_refused_by_name():

@@ -130,6 +130,16 @@ def run(args: argparse.Namespace) -> int:
     model_dir = gate.resolved(args.model, f"--model {args.model}", "give a local model directory")
     if not model_dir.is_dir():
         raise UserError(f"--model {args.model}: not a directory; give a local model directory")
+    out_dir = gate.resolved(args.out, f"--out {args.out}", "give a directory")
+    compile_cache = (
+        str(
+            gate.resolved(
+                args.compile_cache, f"--compile-cache {args.compile_cache}", "give a directory"
+            )
+        )
+        if args.compile_cache
+        else ""
+    )
     model = read_model(model_dir)
     max_len = args.max_model_len or min(DEFAULT_MAX_MODEL_LEN, model.max_model_len or 10**9)
     workload = workload_from(args)
@@ -154,9 +164,7 @@ def run(args: argparse.Namespace) -> int:
         images=images,
         workload=workload,
         max_model_len=max_len,
-        out_dir=gate.resolved(
-            args.out, f"--out {args.out}", "give a directory"
-        ),  # docker -v: absolute
+        out_dir=out_dir,  # docker -v needs an absolute path
         gateway_url=gateway_url,
         gateway_deploy=deployment,
         start_timeout_s=args.start_timeout,
@@ -166,13 +174,7 @@ def run(args: argparse.Namespace) -> int:
         weight_bytes=model.weight_bytes,
         bandwidth=measured,
         host_cores=sum(len(c) for c in usable_cores(host).values()),
-        compile_cache_dir=str(
-            gate.resolved(
-                args.compile_cache, f"--compile-cache {args.compile_cache}", "give a directory"
-            )
-        )
-        if args.compile_cache
-        else "",
+        compile_cache_dir=compile_cache,
         serve_env=dict(args.serve_env),
         restart=not args.no_restart,
     )

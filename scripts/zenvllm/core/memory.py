@@ -20,6 +20,11 @@ def fixed_cost(model: Model, policy: Policy) -> int:
     return int(model.weight_bytes + policy.runtime_overhead_gib * GIB + policy.shm_size_mib * MIB)
 
 
+def smallest_instance(model: Model, policy: Policy) -> int:
+    """One instance at the minimum KV cache: what a node must hold to run it at all."""
+    return fixed_cost(model, policy) + policy.min_kv_cache_gib * GIB
+
+
 def page_cache_room(model: Model) -> int:
     """Room in an instance's memory limit for the page cache of its weight files.
 
@@ -44,16 +49,16 @@ def gib(n: float) -> str:
 
 
 def instances_that_fit(
-    node: Node, k: int, budget: int, fixed: int, model: Model, policy: Policy, total: int
+    node: Node, k: int, budget: int, model: Model, policy: Policy, total: int
 ) -> int:
     """How many of the node's k instances its memory holds at the minimum KV cache; a
     PlanError when none does, or when an explicit --instances asks for more."""
-    min_kv = policy.min_kv_cache_gib * GIB
-    fit = budget // (fixed + min_kv)
+    smallest = smallest_instance(model, policy)
+    fit = budget // smallest
     if fit < 1:
         raise PlanError(
             f"the model does not fit node {node.id}: one instance needs "
-            f"{gib(fixed + min_kv)} (weights {gib(model.weight_bytes)}, runtime "
+            f"{gib(smallest)} (weights {gib(model.weight_bytes)}, runtime "
             f"{policy.runtime_overhead_gib:g} GiB, shm {policy.shm_size_mib} MiB, KV "
             f"{policy.min_kv_cache_gib} GiB minimum) but the node has {gib(budget)} "
             f"usable of {gib(node.mem_total_bytes)}. Use a smaller or quantized model, "
@@ -61,7 +66,7 @@ def instances_that_fit(
         )
     if k > fit and policy.instances is not None:
         raise PlanError(
-            f"{k} instances on node {node.id} need {gib(k * (fixed + min_kv))} but "
+            f"{k} instances on node {node.id} need {gib(k * smallest)} but "
             f"it has {gib(budget)} usable; use --instances {total - k + fit} or fewer, "
             "or a smaller model"
         )
@@ -112,7 +117,7 @@ def kv_cache_per_node(
     for node_id, k in counts.items():
         node = host.node(node_id)
         budget = node_budget(node.mem_total_bytes, policy)
-        fit = instances_that_fit(node, k, budget, fixed, model, policy, sum(counts.values()))
+        fit = instances_that_fit(node, k, budget, model, policy, sum(counts.values()))
         if fit < k:
             warnings.append(f"node {node_id}: memory fits {fit} instance(s), not {k}")
             counts[node_id] = fit

@@ -114,7 +114,14 @@ def safetensors_header(path: Path) -> tuple[int, int, dict[str, Any]]:
 
 
 def safetensors_spans(path: Path) -> tuple[int, list[tuple[int, int]]]:
-    """Where one .safetensors file's tensor data starts, and each tensor's byte span in it.
+    """Where one .safetensors file's tensor data starts, and each tensor's byte span in it."""
+    data_start, tensors = safetensors_tensors(path)
+    return data_start, [(start, end) for start, end, _ in tensors]
+
+
+def safetensors_tensors(path: Path) -> tuple[int, list[tuple[int, int, str]]]:
+    """Where one .safetensors file's tensor data starts, and each tensor's byte span and
+    dtype in it, sorted by span.
 
     A download cut short is the commonest broken model: the header must parse, every
     tensor must lie inside the file and no two may share bytes, or the user hears which
@@ -135,15 +142,15 @@ def safetensors_spans(path: Path) -> tuple[int, list[tuple[int, int]]]:
         start, end = (gate.whole(o, f"{where} data_offsets", 0, 1 << 62, fix) for o in offsets)
         if not start <= end:
             raise gate.InputError(f"{where}: data_offsets {offsets} end before they start; {fix}")
-        spans.append((start, end))
-    if any(end > data for _, end in spans):
-        last = max(end for _, end in spans)
+        spans.append((start, end, str(tensor.get("dtype", ""))))
+    if any(end > data for _, end, _ in spans):
+        last = max(end for _, end, _ in spans)
         raise gate.InputError(
             f"{path}: tensors need {last:,} bytes of data but the file holds {data:,}; "
             f"the file is truncated; {fix}"
         )
     spans.sort()
-    for (_, end), (start, _) in itertools.pairwise(spans):
+    for (_, end, _), (start, _, _) in itertools.pairwise(spans):
         if start < end:
             raise gate.InputError(
                 f"{path}: two tensors share bytes {start:,} to {end:,} of its data; "
@@ -152,20 +159,12 @@ def safetensors_spans(path: Path) -> tuple[int, list[tuple[int, int]]]:
     return data_start, spans
 
 
-def safetensors_bytes(path: Path) -> int:
-    """Bytes of tensor data in one .safetensors file (each byte counted once)."""
-    return sum(end - start for start, end in safetensors_spans(path)[1])
-
-
-def safetensors_float_bytes(path: Path) -> int:
-    """Bytes of its floating tensors (not packed integers); after safetensors_spans
-    checked the file, so every tensor's offsets are sound."""
-    _, _, header = safetensors_header(path)
-    return sum(
-        t["data_offsets"][1] - t["data_offsets"][0]
-        for key, t in header.items()
-        if key != "__metadata__" and t.get("dtype") in FLOATING
-    )
+def safetensors_bytes(path: Path) -> tuple[int, int]:
+    """Bytes of tensor data in one .safetensors file (each byte counted once), and of its
+    floating tensors (not packed integers), from one read of its header."""
+    tensors = safetensors_tensors(path)[1]
+    every = sum(end - start for start, end, _ in tensors)
+    return every, sum(end - start for start, end, dtype in tensors if dtype in FLOATING)
 
 
 def shards(path: Path) -> list[Path]:
@@ -215,11 +214,10 @@ def read_model(path: Path) -> Model:
         f"--model {path}: config.json",
         CONFIG_FIX,
     )
-    weight_files = shards(path)
-    dtype = config.get("torch_dtype") or config.get("dtype") or "bfloat16"
-    dtype = ALIASES.get(dtype, dtype) if isinstance(dtype, str) else dtype
-    if not (isinstance(dtype, str) and dtype in DTYPE_BYTES):
-        dtype = "bfloat16"  # a value vLLM would not take either: count the common case
+    sizes = [safetensors_bytes(f) for f in shards(path)]  # (all bytes, floating) per shard
+    given = config.get("torch_dtype") or config.get("dtype")
+    dtype = ALIASES.get(given, given) if isinstance(given, str) else None
+    dtype = dtype if dtype in DTYPE_BYTES else "bfloat16"  # absent, or a value vLLM refuses
     try:
         kv = kv_bytes_per_token(config, DTYPE_BYTES[dtype])
         max_len = config_int(config, "max_position_embeddings")
@@ -228,10 +226,10 @@ def read_model(path: Path) -> Model:
         raise UserError(f"--model {path}: {err}") from None
     return Model(
         name=path.name,
-        weight_bytes=sum(safetensors_bytes(f) for f in weight_files),
+        weight_bytes=sum(every for every, _ in sizes),
         kv_bytes_per_token=kv,
         max_model_len=max_len,
         quantization=quantization,
         dtype=dtype,
-        float_bytes=sum(safetensors_float_bytes(f) for f in weight_files),
+        float_bytes=sum(floating for _, floating in sizes),
     )

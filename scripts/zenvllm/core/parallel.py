@@ -18,8 +18,8 @@ import math
 from dataclasses import dataclass, replace
 
 from zenvllm.core.errors import PlanError
-from zenvllm.core.host import GIB, Host
-from zenvllm.core.memory import fixed_cost, gib, node_budget
+from zenvllm.core.host import Host
+from zenvllm.core.memory import gib, node_budget, smallest_instance
 from zenvllm.core.model import Model
 from zenvllm.core.policy import Policy
 
@@ -49,7 +49,7 @@ def shard(model: Model, k: int) -> Model:
 
 def fits(host: Host, node_ids: list[int], model: Model, policy: Policy) -> bool:
     """Whether one instance of `model` (a copy or a rank's shard) fits each of the nodes."""
-    need = fixed_cost(model, policy) + policy.min_kv_cache_gib * GIB
+    need = smallest_instance(model, policy)
     return all(node_budget(host.node(n).mem_total_bytes, policy) >= need for n in node_ids)
 
 
@@ -93,7 +93,7 @@ def beyond(host: Host, model: Model, policy: Policy, nodes: list[int]) -> str:
     hosts of this kind would hold its weights."""
     k = powers_of_two(len(nodes))[-1]
     part = shard(model, k)
-    need = fixed_cost(part, policy) + policy.min_kv_cache_gib * GIB
+    need = smallest_instance(part, policy)
     small = min((host.node(n) for n in nodes), key=lambda n: node_budget(n.mem_total_bytes, policy))
     room = sum(
         max(0, node_budget(host.node(n).mem_total_bytes, policy) - (need - part.weight_bytes))

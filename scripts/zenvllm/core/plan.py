@@ -293,6 +293,12 @@ def layout_notes(
     return warnings, notes
 
 
+def room_for(kv_gib: int, model: Model) -> str:
+    """ ", room for N tokens" in a KV cache of kv_gib (of this model, or rank's shard)."""
+    per_token = model.kv_bytes_per_token
+    return f", room for {kv_gib * GIB // per_token:,} tokens" if per_token else ""
+
+
 def place(
     host: Host,
     model: Model,
@@ -317,14 +323,9 @@ def place(
             instances.append(
                 instance_of(index, [(node_id, slice_cores)], mems, kv, limit, policy, model.dtype)
             )
-        tokens = (
-            f", room for {kv * GIB // model.kv_bytes_per_token:,} tokens"
-            if model.kv_bytes_per_token
-            else ""
-        )
         notes.append(
             f"node {node_id}: {k} instance(s) over {len(cores[node_id])} core(s), "
-            f"KV {kv} GiB each{tokens}"
+            f"KV {kv} GiB each{room_for(kv, model)}"
         )
     return instances, warnings, notes
 
@@ -382,14 +383,9 @@ def place_groups(
         ranks = [(node, split_cores(cores[node], 1, policy.layout)[0]) for node in group]
         mems = tuple(n for n in group if n in host.allowed_mems) or tuple(sorted(host.allowed_mems))
         instances.append(instance_of(index, ranks, mems, kv, limit, policy, model.dtype))
-        tokens = (
-            f", room for {kv * GIB // rank_model.kv_bytes_per_token:,} tokens"
-            if rank_model.kv_bytes_per_token
-            else ""
-        )
         notes.append(
-            f"nodes {format_cpu_list(group)}: one copy in {k} ranks, "
-            f"{rank_model.weight_gib:.2f} GiB of weights and KV {kv} GiB per rank{tokens}"
+            f"nodes {format_cpu_list(group)}: one copy in {k} ranks, {rank_model.weight_gib:.2f} "
+            f"GiB of weights and KV {kv} GiB per rank{room_for(kv, rank_model)}"
         )
     idle = sorted(set(cores) - set(counts))
     if idle:
