@@ -1,8 +1,11 @@
-"""Models larger than a NUMA node: the planner splits a copy with vLLM's tensor parallel,
-one rank per node, instead of refusing; copies of a bandwidth-bound model are not
-multiplied on a node; a model no host of the kind holds is refused with how many would."""
+"""Models larger than a NUMA node or a host: the planner splits a copy with vLLM's tensor
+parallel, one rank per node, and cuts it into pipeline stages, one per host, instead of
+refusing; copies of a bandwidth-bound model are not multiplied on a node; a model no
+number of hosts given holds is refused with how many would."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
@@ -13,7 +16,7 @@ from zenvllm.core.host import GIB
 from zenvllm.core.model import Model, model_of_size
 from zenvllm.core.plan import Policy, make_plan
 from zenvllm.core.request import Request
-from zenvllm.core.topology import read_host
+from zenvllm.core.topology import format_cpu_list, read_host
 
 # A two-socket EPYC in NPS4 (8 nodes of 96 GiB) and in NPS1 (2 of 384 GiB), as issue
 # reports give them, and the OpenStack blog's 24 vCPU / 96 GiB VM.
@@ -103,11 +106,91 @@ def test_a_model_no_host_of_the_kind_holds_names_how_many_would():
         make_plan(synthetic_host("epyc-9454-24c-96g"), model_of_size(LLAMA_70B))
     message = str(err.value)
     assert "one copy needs 144.5 GiB" in message
-    assert "2 hosts of this kind would hold its weights" in message
+    assert "2 hosts of this kind would hold it, one pipeline stage each" in message
+    assert "plan across them with --hosts 2" in message
     with pytest.raises(PlanError) as err:
         make_plan(synthetic_host(NPS4), model_of_size(1000))
     assert "even split over its 8 usable NUMA nodes: each rank needs" in str(err.value)
     assert "2 hosts of this kind" in str(err.value)
+
+
+VM = "epyc-9454-24c-96g"  # the OpenStack blog's flavor: 24 vCPUs, 96 GiB, one node
+
+
+def test_a_model_larger_than_a_vm_is_cut_into_one_stage_per_vm():
+    plan = make_plan(synthetic_host(VM), model_of_size(LLAMA_70B), Policy(hosts=2))
+    (group,) = plan.instances
+    assert (group.pipeline_parallel_size, group.tensor_parallel_size) == (2, 1)
+    assert [(r.host, r.node) for r in group.ranks] == [(0, 0), (1, 0)]
+    assert plan.notes[0].startswith("pipeline parallel 2: one copy (140.0 GiB) fits no single host")
+    # Each host holds half the layers: 70 GiB, the runtime, shm and KV within its node,
+    # and half the files' page cache.
+    per_host = 70 + 2.5 + 1 + group.kv_cache_gib
+    assert group.memory_limit_mib * 2**20 == pytest.approx((per_host + 70) * GIB, abs=2**20)
+    assert group.env["VLLM_CPU_OMP_THREADS_BIND"] == format_cpu_list(group.omp_cpus)
+    as_json = plan.to_dict()["instances"][0]
+    assert as_json["pipeline_parallel_size"] == 2 and as_json["tensor_parallel_size"] == 1
+    assert [r["host"] for r in as_json["ranks"]] == [0, 1]
+
+
+def test_the_fewest_stages_that_hold_the_model_are_taken():
+    plan = make_plan(synthetic_host(VM), model_of_size(LLAMA_70B), Policy(hosts=4))
+    assert plan.instances[0].pipeline_parallel_size == 2
+    # A model one host holds stays whole copies, whatever --hosts allows.
+    small = make_plan(synthetic_host(VM), model_of_size(16), Policy(hosts=4))
+    assert all(i.pipeline_parallel_size == 1 and not i.ranks for i in small.instances)
+
+
+def test_a_two_socket_host_too_small_for_a_model_takes_stages_of_ranks():
+    plan = make_plan(synthetic_host(NPS4), model_of_size(1000), Policy(hosts=2))
+    (group,) = plan.instances
+    assert (group.pipeline_parallel_size, group.tensor_parallel_size) == (2, 8)
+    assert [r.host for r in group.ranks] == [0] * 8 + [1] * 8
+    assert len(group.omp_threads_bind.split("|")) == 8  # this host's ranks only
+    assert "cut into 2 stages" in plan.notes[0] and "tensor parallel 8" in plan.notes[0]
+
+
+def test_too_few_hosts_are_refused_with_the_number_that_would_do():
+    with pytest.raises(PlanError) as err:
+        make_plan(synthetic_host(VM), model_of_size(400), Policy(hosts=2))
+    message = str(err.value)
+    assert "does not fit these hosts even in 2 stages, one per host: each stage needs" in message
+    assert "5 hosts of this kind would hold it" in message and "--hosts 5" in message
+    with pytest.raises(PlanError, match=r"--hosts 0: give 1 or more"):
+        make_plan(synthetic_host(VM), model_of_size(16), Policy(hosts=0))
+
+
+def pipeline_container(rank: int, **asked):
+    plan = make_plan(synthetic_host(VM), model_of_size(LLAMA_70B), Policy(hosts=2))
+    request = Request(
+        deployment="big", supervisor="systemd", model_dir="/srv/m", address="10.0.0.11"
+    )
+    return container_of(plan.instances[0], replace(request, host_rank=rank, **asked))
+
+
+def test_the_head_serves_and_the_other_host_joins_it_headless():
+    head = pipeline_container(0)
+    assert [a for a in head.command if a.startswith(("--pipeline", "--nnodes", "--node-rank"))] == [
+        "--pipeline-parallel-size=2",
+        "--nnodes=2",
+        "--node-rank=0",
+    ]
+    assert "--master-addr=10.0.0.11" in head.command and "--master-port=29500" in head.command
+    assert "--headless" not in head.command
+    worker = pipeline_container(1, head_address="10.0.0.11")
+    assert "--node-rank=1" in worker.command and "--headless" in worker.command
+    assert "--master-addr=10.0.0.11" in worker.command
+
+
+def test_a_stage_container_refuses_what_vllm_could_not_run():
+    with pytest.raises(PlanError, match="host rank 2: zenvllm-0 has 2 pipeline stages"):
+        pipeline_container(2, head_address="10.0.0.11")
+    with pytest.raises(PlanError, match="give the head host's address"):
+        pipeline_container(1)
+    with pytest.raises(PlanError, match="remove --enforce-eager"):
+        pipeline_container(0, serve_args=("--enforce-eager",))
+    with pytest.raises(PlanError, match="head port 65536 of zenvllm-0 runs past 65535"):
+        pipeline_container(0, head_port=65536)
 
 
 def test_float32_on_zen3_can_turn_a_fitting_copy_into_a_split():

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from zenvllm.core import compile_cache
+from zenvllm.core.errors import PlanError
 from zenvllm.core.request import Request
 from zenvllm.core.topology import format_cpu_list
 
@@ -26,6 +27,8 @@ class Instance(Protocol):
 
     @property
     def name(self) -> str: ...
+    @property
+    def index(self) -> int: ...
     @property
     def port(self) -> int: ...
     @property
@@ -42,6 +45,8 @@ class Instance(Protocol):
     def dtype(self) -> str: ...
     @property
     def tensor_parallel_size(self) -> int: ...
+    @property
+    def pipeline_parallel_size(self) -> int: ...
 
 
 # The least privilege vLLM's CPU backend needs: SYS_NICE for its NUMA memory binding
@@ -115,6 +120,49 @@ def placement(instance: Instance) -> list[str]:
     ]
 
 
+def stage_args(instance: Instance, request: Request) -> list[str]:
+    """vLLM's multi-node launch for this host's stage of a copy cut over hosts: the head
+    (host rank 0) serves, the others join it headless at the head's address and port."""
+    p, rank = instance.pipeline_parallel_size, request.host_rank
+    if p == 1:
+        return []
+    if rank >= p:
+        raise PlanError(
+            f"host rank {rank}: {instance.name} has {p} pipeline stages, one per host; give "
+            f"this host's stage, 0 to {p - 1}"
+        )
+    if rank > 0 and not request.head_address:
+        raise PlanError(
+            f"host rank {rank} of {instance.name} joins its head: give the head host's "
+            "address (head_address, --head-address)"
+        )
+    if "--enforce-eager" in request.serve_args:
+        # vLLM 0.32 on CPU allocates a later stage's activation buffers in the compile
+        # warm-up, which --enforce-eager skips: the first request then fails in the
+        # worker (AssertionError: intermediate_tensors is not None) and hangs.
+        raise PlanError(
+            f"{instance.name} is cut into {p} pipeline stages and serve_args has "
+            "--enforce-eager: vLLM 0.32 on CPU fails the first request of a pipeline "
+            "without its compile warm-up; remove --enforce-eager"
+        )
+    port = head_port(instance, request)
+    if port > 65535:
+        raise PlanError(f"head port {port} of {instance.name} runs past 65535; lower head_port")
+    return [
+        f"--pipeline-parallel-size={p}",
+        f"--nnodes={p}",
+        f"--node-rank={rank}",
+        f"--master-addr={request.head_address or request.address}",
+        f"--master-port={port}",
+        *(["--headless"] if rank > 0 else []),
+    ]
+
+
+def head_port(instance: Instance, request: Request) -> int:
+    """The port a pipeline's head listens on for its hosts (torch.distributed's store)."""
+    return request.head_port + instance.index
+
+
 def container_of(instance: Instance, request: Request, secrets: str = "") -> Container:
     """The container of one planned instance (a plan.Instance) as the request asks, its
     supervisor decided (not auto); `secrets` is their digest."""
@@ -136,6 +184,7 @@ def container_of(instance: Instance, request: Request, secrets: str = "") -> Con
             if instance.tensor_parallel_size > 1
             else []
         ),
+        *stage_args(instance, request),
         *request.serve_args,
     ]
     cache = ""

@@ -69,11 +69,13 @@ __all__ = ["LAYOUTS", "Instance", "Plan", "Policy", "make_plan"]
 
 @dataclass(frozen=True)
 class Rank:
-    """One rank of an instance: its node, its cores and OpenMP's CPUs among them."""
+    """One rank of an instance: its host (its pipeline stage), its node, its cores and
+    OpenMP's CPUs among them."""
 
     node: int
     cpus: tuple[int, ...]
     omp_cpus: tuple[int, ...]
+    host: int = 0
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,7 @@ class Instance:
     name: str
     port: int
     node: int
-    cpus: tuple[int, ...]  # the container's cpuset
+    cpus: tuple[int, ...]  # the container's cpuset (on each of its hosts: they are alike)
     omp_cpus: tuple[int, ...]  # OpenMP threads, one per physical core
     mems: tuple[int, ...]
     kv_cache_gib: int
@@ -89,20 +91,24 @@ class Instance:
     memory_limit_mib: int
     env: dict[str, str] = field(default_factory=dict)
     dtype: str = "bfloat16"  # vLLM's --dtype
-    ranks: tuple[Rank, ...] = ()  # one per node its copy is split over (tensor parallel)
-
-    @property
-    def tensor_parallel_size(self) -> int:
-        return max(1, len(self.ranks))
+    # One per node and host its copy is split over (tensor x pipeline parallel).
+    ranks: tuple[Rank, ...] = ()
+    index: int = 0  # its place in the plan: the name's and the ports' offset
 
     @property
     def pipeline_parallel_size(self) -> int:
-        return 1  # one host per copy (pipeline parallel across hosts: not planned yet)
+        return max((r.host for r in self.ranks), default=0) + 1
+
+    @property
+    def tensor_parallel_size(self) -> int:
+        return max(1, len(self.ranks) // self.pipeline_parallel_size)
 
     @property
     def omp_threads_bind(self) -> str:
-        """vLLM's form: one CPU list per rank, split by '|'."""
-        ranks = self.ranks or (Rank(self.node, self.cpus, self.omp_cpus),)
+        """vLLM's form: one CPU list per rank of a host, split by '|'."""
+        ranks = [r for r in self.ranks if r.host == 0] or [
+            Rank(self.node, self.cpus, self.omp_cpus)
+        ]
         return "|".join(format_cpu_list(r.omp_cpus) for r in ranks)
 
     @property
@@ -120,7 +126,7 @@ class Instance:
             tensor_parallel_size=self.tensor_parallel_size,
             pipeline_parallel_size=self.pipeline_parallel_size,
             ranks=[
-                {"node": r.node, "cpus": list(r.cpus), "omp_cpus": list(r.omp_cpus)}
+                {"host": r.host, "node": r.node, "cpus": list(r.cpus), "omp_cpus": list(r.omp_cpus)}
                 for r in self.ranks
             ],
         )
@@ -201,10 +207,12 @@ def instance_of(
     limit_bytes: int,
     policy: Policy,
     dtype: str,
+    hosts: int = 1,
 ) -> Instance:
     """One instance on its ranks' cores (a replica has one rank: its node and slice of
-    cores): names, port, binding, sizes and env; its memory limit is `limit_bytes`
-    (everything but the KV cache) plus every rank's KV cache."""
+    cores), alike on each of its `hosts` (pipeline stages): names, port, binding, sizes
+    and env; its memory limit on a host is `limit_bytes` (everything but the KV cache)
+    plus the KV cache of each of its ranks there."""
     name = f"{policy.name_prefix}-{index}"
     placed = tuple(
         Rank(node, tuple(sorted(c for ids in cores for c in ids)), omp_cpus_of(cores, policy))
@@ -233,7 +241,10 @@ def instance_of(
         shm_size_mib=policy.shm_size_mib * len(placed),
         memory_limit_mib=memory_mib,
         dtype=dtype,
-        ranks=placed if len(placed) > 1 else (),
+        index=index,
+        ranks=tuple(replace(r, host=h) for h in range(hosts) for r in placed)
+        if len(placed) * hosts > 1
+        else (),
     )
     env = {
         "VLLM_CPU_KVCACHE_SPACE": str(kv),  # per rank
@@ -368,24 +379,31 @@ def dtype_note(why: str, stored: Model, served: Model) -> str:
 def place_groups(
     host: Host, model: Model, policy: Policy, cores: Cores, parts: parallel.Split
 ) -> tuple[list[Instance], list[str], list[str]]:
-    """Copies split tensor-parallel: groups of `parts.tensor` nodes in order, one rank per
-    node on all its usable cores, each rank sized for its shard of the weights."""
-    k, rank_model = parts.tensor, parallel.shard(model, parts.tensor)
+    """Copies split over hosts and nodes: groups of `parts.tensor` nodes in order, one
+    rank per node on all its usable cores, alike on each of `parts.pipeline` hosts, each
+    rank sized for its shard of its host's stage."""
+    k, part = parts.tensor, parallel.stage(model, parts.pipeline)
+    rank_model = parallel.shard(part, k)
     groups = [parts.nodes[i : i + k] for i in range(0, len(parts.nodes), k)]
     if policy.instances is not None:
         groups = groups[: policy.instances]
     counts = {node: 1 for group in groups for node in group}
     counts, kv_by_node, warnings, notes = kv_cache_per_node(host, rank_model, policy, counts)
-    limit = k * fixed_cost(rank_model, policy) + page_cache_room(model)
+    limit = k * fixed_cost(rank_model, policy) + page_cache_room(part)
     instances = []
     for index, group in enumerate(groups):
         kv = min(kv_by_node[node] for node in group)
         ranks = [(node, split_cores(cores[node], 1, policy.layout)[0]) for node in group]
         mems = tuple(n for n in group if n in host.allowed_mems) or tuple(sorted(host.allowed_mems))
-        instances.append(instance_of(index, ranks, mems, kv, limit, policy, model.dtype))
+        instances.append(
+            instance_of(index, ranks, mems, kv, limit, policy, model.dtype, parts.pipeline)
+        )
+        where = f" of each of {parts.pipeline} hosts" if parts.pipeline > 1 else ""
+        what = "a stage of a copy" if parts.pipeline > 1 else "one copy"
         notes.append(
-            f"nodes {format_cpu_list(group)}: one copy in {k} ranks, {rank_model.weight_gib:.2f} "
-            f"GiB of weights and KV {kv} GiB per rank{room_for(kv, rank_model)}"
+            f"nodes {format_cpu_list(group)}{where}: {what} in {k} rank(s), "
+            f"{rank_model.weight_gib:.2f} GiB of weights and KV {kv} GiB per rank"
+            f"{room_for(kv, rank_model)}"
         )
     idle = sorted(set(cores) - set(counts))
     if idle:
@@ -419,7 +437,7 @@ def make_plan(host: Host, model: Model, policy: Policy | None = None) -> Plan:
             "widen the container's --cpuset-cpus"
         )
     parts = parallel.split(host, model, policy, list(cores))
-    if parts.tensor > 1:
+    if parts.tensor > 1 or parts.pipeline > 1:
         instances, notes, warnings = place_groups(host, model, policy, cores, parts)
     else:
         instances, notes, warnings = place_replicas(host, model, policy, cores)

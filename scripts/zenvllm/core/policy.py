@@ -21,6 +21,7 @@ class Policy:
     layout: str = DEFAULT.layout
     dtype: str = DEFAULT.dtype  # auto: what the CPU computes natively (core/dtype.py)
     tensor_parallel: int | None = None  # None: auto, whole copies while one fits a node
+    hosts: int = DEFAULT.hosts  # hosts of this kind a copy may be cut over (pipeline stages)
     base_port: int = DEFAULT.base_port
     name_prefix: str = DEFAULT.deployment
     # The image launcher and deployments set it, so zen or pace starts anywhere, loudly.
@@ -62,6 +63,7 @@ class Policy:
             layout=request.layout,
             dtype=request.dtype,
             tensor_parallel=request.tensor_parallel_size,
+            hosts=request.hosts,
             base_port=request.base_port,
             name_prefix=request.deployment,
             allow_inactive=request.allow_inactive,
@@ -86,6 +88,8 @@ def check_policy(host: Host, policy: Policy) -> str:
             f"--kv-cache-gib {policy.kv_cache_gib} is below the {policy.min_kv_cache_gib} GiB "
             "minimum; give at least that, or leave it out to let zenvllm size it"
         )
+    if policy.hosts < 1:
+        raise PlanError(f"--hosts {policy.hosts}: give 1 or more")
     if not 0 < policy.kv_fraction <= 1:
         raise PlanError(f"KV fraction {policy.kv_fraction} must be in (0, 1]")
     if not 1 <= policy.base_port <= 65535:

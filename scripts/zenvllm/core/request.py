@@ -48,6 +48,7 @@ class Spec:
     example: str = ""  # shown in a refusal
     pattern: re.Pattern[str] | None = None  # what a string must match
     path: bool = False  # an absolute path, or "" for none
+    ip: bool = False  # an IP address, or "" for none
     auto: bool = False  # "auto" or a whole number of `low` or more
     inherit: str = ""  # the playbook-wide variable the role's default follows
     role_default: Any = None  # the role's default when not the Python one (Jinja or a value)
@@ -174,6 +175,44 @@ class Request:
         auto=True,
         low=1,
         example="2",
+    )
+    hosts: int = option(
+        1,
+        "Hosts of this kind one copy of the model may be cut over, one pipeline stage per "
+        "host (vLLM's pipeline parallel): used only when no single host holds a copy.",
+        DEPLOY,
+        flag="--hosts",
+        low=1,
+        high=4096,
+        example="2",
+    )
+    host_rank: int = option(
+        0,
+        "This host's stage in its copy's pipeline: 0 is the head, which serves; the "
+        "others join it headless (vLLM's --node-rank).",
+        DEPLOY,
+        flag="--host-rank",
+        low=0,
+        high=4095,
+        example="1",
+    )
+    head_address: str = option(
+        "",
+        "The pipeline head's address the other hosts join (vLLM's --master-addr); \"\" = "
+        "this host's address.",
+        DEPLOY,
+        flag="--head-address",
+        ip=True,
+        example="10.0.0.11",
+    )
+    head_port: int = option(
+        29500,
+        "The port the head's instance 0 listens on for its pipeline's hosts (vLLM's "
+        "--master-port); instance i uses head_port + i.",
+        DEPLOY,
+        low=1024,
+        high=65535,
+        example="29500",
     )
     target: str = option(
         "vllm-openai",
@@ -529,7 +568,20 @@ def _str(spec: Spec, value: Any, where: str, fix: str) -> str:
             f"{where} is {gate.shown(text)}, not an absolute path without ':' or ','; give "
             f'one, or "" for none; {FIX}'
         )
+    if spec.ip and text and not is_ip(text):
+        raise gate.InputError(
+            f"{where} is {gate.shown(text)}, not an IP address; give e.g. {spec.example}, or "
+            f'"" for none; {FIX}'
+        )
     return text
+
+
+def is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 VALIDATORS = {"count": _count, "bool": _bool, "int": _int, "float": _float, "list": _list}
@@ -559,11 +611,9 @@ def from_json(text: str, source: str = "--request") -> Request:
             f"{source}: serve_args names --dtype, which the plan sets; give dtype instead "
             f"({', '.join(DTYPES)}; auto serves what the CPU computes natively)"
         )
-    try:
-        ipaddress.ip_address(request.address)
-    except ValueError:
+    if not is_ip(request.address):
         raise gate.InputError(
             f"{source}: address {request.address!r} is not an IP address; give 127.0.0.1 "
             "(behind the host's gateway) or the host's private address (behind a router)"
-        ) from None
+        )
     return request

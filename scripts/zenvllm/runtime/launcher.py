@@ -32,6 +32,7 @@ from zenvllm.core.accelerators import (
 from zenvllm.core.errors import UserError
 from zenvllm.core.host import Host
 from zenvllm.core.topology import format_cpu_list, parse_cpu_list
+from zenvllm.runtime import group
 from zenvllm.runtime.health import LISTEN_FILE
 
 MANIFEST = Path("/etc/zenvllm/image.json")
@@ -234,13 +235,24 @@ def port_taken(host: str, port: int) -> bool:
 
 
 def listen_record(command: list[str]) -> str:
-    """What the HEALTHCHECK reads: "HOST PORT" of `vllm serve MODEL ...` (vLLM's defaults)."""
+    """What the HEALTHCHECK reads: "HOST PORT" of `vllm serve MODEL ...` (vLLM's defaults);
+    a headless member of a pipeline serves nothing itself: its group's head is probed."""
     serve = ServeArgs(command[2], command[3:])
-    return f"{serve.option('--host') or '0.0.0.0'} {serve.option('--port') or '8000'}"
+    host = serve.option("--master-addr") if "--headless" in serve.rest else serve.option("--host")
+    return f"{host or '0.0.0.0'} {serve.option('--port') or '8000'}"
+
+
+def group_port(command: list[str]) -> int | None:
+    """The head's store port of a group started with --nnodes N > 1, else None."""
+    serve = ServeArgs(command[2], command[3:])
+    nodes, port = serve.option("--nnodes") or "1", serve.option("--master-port") or "29501"
+    return int(port) if nodes.isdigit() and int(nodes) > 1 and port.isdigit() else None
 
 
 def check_port(command: list[str]) -> None:
     serve = ServeArgs(command[2], command[3:])
+    if "--headless" in serve.rest:
+        return  # it listens on no API port
     port, bind = serve.option("--port"), serve.option("--host") or "0.0.0.0"
     if port and port.isdigit() and port_taken(bind, int(port)):
         raise UserError(
@@ -402,6 +414,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     with contextlib.suppress(OSError):
         LISTEN_FILE.write_text(listen_record(command))
+    store = group_port(command)
+    if store and os.getpid() == 1:  # a container's init: what it ends stays inside it
+        log(f"pipeline group: watching its store port {store} (runtime/group.py)")
+        group.start(store)
     log("exec " + " ".join(command))
     os.execvpe(command[0], command, env)
     return 0  # not reached

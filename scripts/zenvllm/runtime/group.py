@@ -1,0 +1,118 @@
+"""A pipeline group's members leave it when it breaks, so their supervisors restart it.
+
+vLLM 0.32 hardly notices a lost host: measured with two stage containers, a killed
+worker left the head answering /health with 200; the next request hung until vLLM's
+RPC timeout (300 s, "RPC call to sample_tokens timed out") ended the head, and without
+a request nothing would have. Each member
+of a group started with `--nnodes` holds TCP connections to the head's torch.distributed
+store (the head's `--master-port`) for its whole life, so the launcher forks this watch
+before it execs vLLM: once the set of established connections on that port has held
+steady, the loss of one of them for `PATIENCE` checks means a member is gone, and the
+watch ends this container's vLLM. The supervisor (systemd, or the engine's restart policy) starts
+it again; a head waits for its workers and a worker retries its head, so the group
+forms again by itself. Standard library only: it runs in the image before vLLM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from zenvllm.core import gate
+
+TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
+TABLE_CAP = 64 << 20  # 64 MiB: some 400,000 connections
+ESTABLISHED = "01"  # the kernel's state code in /proc/net/tcp
+EVERY = 5.0  # seconds between checks
+PATIENCE = 3  # checks a count must hold to count, or stay low to break the group
+
+
+def store_connections(tables: Iterable[str], port: int) -> frozenset[str]:
+    """The established TCP connections with either end on `port` ("local remote" in the
+    kernel's hex), from /proc/net/tcp texts."""
+    found = set()
+    for text in tables:
+        for line in text.splitlines()[1:]:
+            fields = line.split()
+            if len(fields) < 4 or fields[3] != ESTABLISHED:
+                continue
+            ends = (fields[1], fields[2])
+            if any(end.rsplit(":", 1)[-1] == f"{port:04X}" for end in ends):
+                found.add(" ".join(ends))
+    return frozenset(found)
+
+
+@dataclass
+class Watch:
+    """The group's state from successive sets of connections: it formed once a set held
+    for `patience` checks (those connections are its members'); it broke when one of them
+    has been gone for `patience` checks. A connection, once closed, never comes back: a
+    restarted member connects anew (to the old head's store, too), so counting would
+    miss the loss where the set does not."""
+
+    patience: int = PATIENCE
+    members: frozenset[str] = frozenset()
+    last: frozenset[str] = frozenset()
+    held: int = 0
+    gone: int = 0
+
+    def broken(self, now: frozenset[str]) -> bool:
+        self.held = self.held + 1 if now == self.last else 1
+        self.last = now
+        if self.held >= self.patience:
+            self.members |= now
+        self.gone = self.gone + 1 if self.members - now else 0
+        return self.gone >= self.patience
+
+
+def read_tables() -> list[str] | None:
+    """The kernel's TCP tables; None when one cannot be read whole (no verdict then)."""
+    try:
+        return [gate.read_text(Path(path), TABLE_CAP, "", optional=True) or "" for path in TABLES]
+    except gate.InputError:
+        return None
+
+
+def end_vllm() -> None:
+    """Kill vLLM's processes but PID 1 (a container's PID 1 ignores SIGKILL), then ask
+    PID 1, the API server, to stop: with its engine gone it exits."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(-1, signal.SIGKILL)  # every process we may signal but PID 1 and this one
+    os.kill(1, signal.SIGTERM)
+
+
+def watch(
+    port: int,
+    read: Callable[[], list[str] | None] = read_tables,
+    sleep: Callable[[float], None] = time.sleep,
+    every: float = EVERY,
+) -> None:
+    state = Watch()
+    while True:
+        tables = read()
+        if tables is not None and state.broken(store_connections(tables, port)):
+            break
+        sleep(every)
+    print(
+        f"zenvllm-launch: the pipeline group broke: {len(state.members - state.last)} of "
+        f"its {len(state.members)} connection(s) on its store port {port} closed; ending "
+        "this member so its supervisor restarts it and the group forms again",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def start(port: int) -> None:
+    """Fork the watch; the parent goes on to exec vLLM."""
+    if os.fork() == 0:
+        try:
+            watch(port)
+            end_vllm()
+        finally:
+            os._exit(0)

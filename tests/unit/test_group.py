@@ -1,0 +1,98 @@
+"""A pipeline group's watch (runtime/group.py): it counts the established connections on
+the head's store port in the kernel's tables, and calls the group broken only when a
+count that held steady falls and stays down."""
+
+from __future__ import annotations
+
+from zenvllm.runtime import group
+from zenvllm.runtime.launcher import check_port, group_port, listen_record
+
+HEADER = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid\n"
+
+
+def row(local: str, remote: str, state: str) -> str:
+    return f"   0: {local} {remote} {state} 00000000:00000000 00:00000000 00000000  1000\n"
+
+
+# The head of a measured group (store port 29501 = 0x733D): its own client, a worker's
+# connection, a listener and a gloo pair on another port.
+HEAD = HEADER + "".join(
+    [
+        row("0200A8C0:733D", "0200A8C0:85BE", "01"),  # the head's own store client
+        row("0200A8C0:85BE", "0200A8C0:733D", "01"),  # ... its other end
+        row("0200A8C0:733D", "0300A8C0:A312", "01"),  # the worker's
+        row("00000000:733D", "00000000:0000", "0A"),  # listening: not a connection
+        row("0200A8C0:83C3", "0300A8C0:B26C", "01"),  # gloo: another port
+    ]
+)
+
+
+WORKER = "0200A8C0:733D 0300A8C0:A312"  # the worker's connection, as the set names it
+
+
+def test_connections_on_the_store_port_are_found_from_either_end():
+    assert len(group.store_connections([HEAD], 29501)) == 3
+    assert WORKER in group.store_connections([HEAD], 29501)
+    assert group.store_connections([HEAD], 29502) == frozenset()
+    closing = HEAD.replace("0300A8C0:A312 01", "0300A8C0:A312 08")  # CLOSE_WAIT
+    assert WORKER not in group.store_connections([closing, HEADER], 29501)
+
+
+def sets(*names: str) -> list[frozenset[str]]:
+    return [frozenset(n.split()) for n in names]
+
+
+def test_a_group_breaks_only_when_a_member_of_its_steady_set_stays_gone():
+    watch = group.Watch(patience=3)
+    # Forming: connections come; a short-lived one never becomes a member.
+    assert not any(
+        watch.broken(s) for s in sets("", "a", "a b", "a b", "a b x", "a b", "a b", "a b")
+    )
+    assert watch.members == frozenset({"a", "b"})
+    # Gone once is not a break; gone three checks is, even while a restarted member's
+    # new connection ("c") makes the count whole again.
+    assert [watch.broken(s) for s in sets("a", "a b", "a c", "a c", "a c")] == [
+        False,
+        False,
+        False,
+        False,
+        True,
+    ]
+
+
+def test_a_member_that_never_formed_is_never_broken():
+    watch = group.Watch(patience=3)
+    assert not any(watch.broken(frozenset()) for _ in range(20))
+
+
+def test_the_watch_returns_when_the_group_breaks_and_says_why(capsys):
+    worker_gone = HEAD.replace("0300A8C0:A312 01", "0300A8C0:A312 08")
+    tables = iter([[HEAD]] * 4 + [[worker_gone]] * 3)
+    naps: list[float] = []
+    group.watch(29501, read=lambda: next(tables), sleep=naps.append, every=5)
+    assert naps == [5] * 6
+    assert "1 of its 3 connection(s) on its store port 29501 closed" in capsys.readouterr().err
+
+
+def serve(*args: str) -> list[str]:
+    return ["vllm", "serve", "/model", "--host=10.0.0.12", "--port=8001", *args]
+
+
+def test_the_launcher_knows_a_groups_members():
+    group_args = ("--nnodes=2", "--master-addr=10.0.0.11", "--master-port=29500")
+    head = serve(*group_args, "--node-rank=0")
+    worker = serve(*group_args, "--node-rank=1", "--headless")
+    assert group_port(head) == group_port(worker) == 29500
+    assert group_port(serve()) is None and group_port(serve("--nnodes=1")) is None
+    # The worker serves no API: its health is its head's, and its port is not its own.
+    assert listen_record(head) == "10.0.0.12 8001"
+    assert listen_record(worker) == "10.0.0.11 8001"
+    check_port(worker)  # the head may hold 8001 on this very host: not a conflict
+
+
+def test_an_unreadable_table_gives_no_verdict():
+    worker_gone = HEAD.replace("0300A8C0:A312 01", "0300A8C0:A312 08")
+    tables = iter([[HEAD]] * 3 + [None] * 5 + [[worker_gone]] * 3)
+    naps: list[float] = []
+    group.watch(29501, read=lambda: next(tables), sleep=naps.append, every=5)
+    assert len(naps) == 10  # the five unread checks neither formed nor broke anything
