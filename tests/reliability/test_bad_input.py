@@ -67,8 +67,9 @@ def test_model_too_big_for_a_node():
         "does not fit this host",
         "144.5 GiB",  # what one instance needs: 140 weights + 2.5 runtime + 1 shm + 1 KV
         "node 0 has 93.1 GiB usable of 96.0 GiB",  # the limit
-        "2 hosts of this kind would hold its weights",  # how far it is
-        "smaller or quantized model",  # the fix
+        "2 hosts of this kind would hold it",  # how far it is
+        "plan across them with --hosts 2",  # the option that does
+        "smaller or quantized model",  # the other fix
     )
 
 

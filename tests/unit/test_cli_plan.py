@@ -114,3 +114,36 @@ def test_a_flavor_preset_plans_without_the_host():
     )
     plan = json.loads(result.stdout)
     assert [i["mems"] for i in plan["instances"]] == [[0], [0], [1], [1]]
+
+
+def test_a_model_over_several_vms_is_planned_per_host_and_each_host_gets_its_container():
+    vm = ("plan", "--flavor", "epyc-9454-24c-96g", "--model-size-gib", "140")
+    refused = zenvllm(*vm)
+    assert refused.returncode == 2 and "plan across them with --hosts 2" in refused.stderr
+    head = zenvllm(*vm, "--hosts", "2", "--json")
+    assert head.returncode == 0, head.stderr
+    (group,) = json.loads(head.stdout)["instances"]
+    assert group["pipeline_parallel_size"] == 2
+    assert [r["host"] for r in group["ranks"]] == [0, 1]
+    assert "--node-rank=0" in group["container"]["command"]
+    worker = zenvllm(
+        *vm, "--hosts", "2", "--host-rank", "1", "--head-address", "10.0.0.11", "--json"
+    )
+    command = json.loads(worker.stdout)["instances"][0]["container"]["command"]
+    assert {"--node-rank=1", "--master-addr=10.0.0.11", "--headless"} <= set(command)
+    table = zenvllm(*vm, "--hosts", "2").stdout
+    assert "cut over 2 hosts of this kind, one stage per host" in table
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (("--hosts", "0"), "--hosts"),
+        (("--hosts", "2", "--host-rank", "1", "--json"), "give the head host's address"),
+        (("--head-address", "head.example"), "not an IP address"),
+    ],
+)
+def test_bad_pipeline_options_are_refused_by_name(flags, said):
+    result = zenvllm("plan", "--flavor", "epyc-9454-24c-96g", "--model-size-gib", "140", *flags)
+    assert result.returncode == 2 and said in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr

@@ -36,7 +36,17 @@ def flag_type(name: str) -> Callable[[str], object]:
         return lambda text: str(Path(text).absolute())
     if spec.pattern:
         return arguments.name
+    if spec.ip:
+        return ip_address
     return str
+
+
+def ip_address(text: str) -> str:
+    if not request.is_ip(text):
+        raise argparse.ArgumentTypeError(
+            f"{text[:80]!r} is not an IP address; give the host's, e.g. 10.0.0.11"
+        )
+    return text
 
 
 def add_plan_options(parser: argparse.ArgumentParser) -> None:
@@ -135,6 +145,12 @@ def render_table(plan: Plan) -> str:
         lines.append(
             f"{i.name:<12}{i.port:>6}{nodes:>6}  {format_cpu_list(i.cpus):<16}"
             f"{i.omp_threads_bind:<16}{i.kv_cache_gib:>7}{i.shm_size_mib:>9}{i.memory_limit_mib:>9}"
+        )
+    stages = max((i.pipeline_parallel_size for i in plan.instances), default=1)
+    if stages > 1:
+        lines.append(
+            f"(each copy is cut over {stages} hosts of this kind, one stage per host: the table "
+            "is every host's part; --host-rank R renders host R's containers, 0 the head's)"
         )
     lines += ["", "why:"] + [f"  - {n}" for n in plan.notes]
     lines += [f"warning: {w}" for w in plan.warnings]
