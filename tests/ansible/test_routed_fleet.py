@@ -18,12 +18,15 @@ rolling update crosses both hosts: no request may fail. Prometheus must have
 every target up, its rules loaded, and data for every panel of the dashboard under
 every choice of its variables. Each killed instance's alert reaches a webhook
 receiver here through the role's Alertmanager, then resolves. The status playbook shows the
-fleet as one table, with the router's view.
+fleet as one table, with the router's view. Last, the same fleet serves one copy cut over
+both hosts (vLLM's pipeline parallel): the head behind the router, the firewall closed to
+strangers on its store port, and the group healing by itself after a stage is killed.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -49,9 +52,12 @@ from support.load import BackgroundLoad
 from support.tiny_model import ensure_tiny_model
 from support.wheels import router_wheelhouse
 
+from zenvllm.core.host import GIB
+from zenvllm.core.memory import node_budget
 from zenvllm.core.modelfiles import Marker, parse_marker
-from zenvllm.core.topology import format_cpu_list
-from zenvllm.runtime import modelsync
+from zenvllm.core.policy import Policy
+from zenvllm.core.topology import format_cpu_list, read_host
+from zenvllm.runtime import group, modelsync
 
 pytestmark = pytest.mark.ansible
 
@@ -878,6 +884,97 @@ def test_gateway_health_fails_when_no_instance_is_healthy(fleet):
         assert time.monotonic() < deadline, "/gateway-health still 200 with no instance"
         time.sleep(2)
     assert fleet.get(f"{fleet.url}/gateway-health")[0] in (502, 503)
+
+
+# Each host's stage: fleet-a's is the head (0), this machine's the other (1).
+HEAD_FIRST = "{{ 0 if inventory_hostname == '" + ROUTER_HOST + "' else 1 }}"
+
+
+def greedy(fleet) -> str:
+    """A greedy completion through the gateway: the same text for as long as the model
+    and the group that serves it are the same."""
+    status, _, answer = gateway.request(
+        f"{fleet.url}/v1/completions",
+        DEPLOYMENT,
+        {
+            "model": "tiny-llama",
+            "prompt": "Hello world",
+            "max_tokens": 8,
+            "temperature": 0,
+            **EXACT,
+        },
+        host=ROUTER_HOST,
+        timeout=120,
+    )
+    assert status == 200, answer
+    return answer["choices"][0]["text"]
+
+
+def test_a_copy_cut_over_both_hosts_serves_at_its_head_and_heals(fleet):
+    """vLLM's pipeline parallel across the fleet's two hosts, deployed by deploy.yml: the
+    model is stated too large for one host (in float32, the size of a host's memory
+    budget), so each host plans one stage; fleet-a's is the head, behind the router,
+    and this machine's joins it headless over the bridge."""
+    budget = node_budget(read_host(Path("/")).nodes[0].mem_total_bytes, Policy())
+    stated = math.floor(budget / GIB / 2 * 10) / 10  # bf16 GiB: twice that in float32
+    pipeline = {
+        "zenvllm_instances_hosts": 2,
+        "zenvllm_instances_host_rank": HEAD_FIRST,
+        "zenvllm_instances_head_address": fleet.router_address,
+        "zenvllm_instances_model_size_gib": stated,
+        "zenvllm_instances_dtype": "float32",
+        "zenvllm_instances_serve_args": [],  # vLLM 0.32: no pipeline without its warm-up
+    }
+    started = time.monotonic()
+    run = fleet.deploy(**pipeline)
+    print(f"pipeline deploy: {time.monotonic() - started:.0f} s")
+    assert run.rc == 0 and run.failed() == 0, run.output[-6000:]
+    assert "pipeline parallel 2:" in run.output
+    head = f"http://{fleet.router_address}:{PORT}"
+    fleet.wait_router_healthy()
+    assert set(fleet.health()) == {head}  # only the head is behind the router
+    (worker,) = fleet.containers("here")
+    args = json.loads(engine.docker("inspect", "--format", "{{json .Args}}", worker).stdout)
+    assert {"--headless", "--node-rank=1", f"--master-addr={fleet.router_address}"} <= set(args)
+    log = engine.logs(worker)
+    assert "Worker_PP1" in log and "GLOO_SOCKET_IFNAME=" in log, log[-3000:]
+    before = greedy(fleet)
+
+    # The head's store port admits its pipeline's hosts (this machine) and no one else:
+    # a second address of this machine on the bridge is dropped.
+    store = 29500
+    socket.create_connection((fleet.router_address, store), timeout=5).close()
+    bridge = group.interface_of(fleet.here)
+    stranger = fleet.here.rsplit(".", 1)[0] + ".99"
+    subprocess.run(["ip", "addr", "add", f"{stranger}/32", "dev", bridge], check=True)
+    try:
+        with pytest.raises(OSError):
+            socket.create_connection(
+                (fleet.router_address, store), timeout=3, source_address=(stranger, 0)
+            ).close()
+    finally:
+        subprocess.run(["ip", "addr", "del", f"{stranger}/32", "dev", bridge], check=False)
+
+    # The headless stage dies as on a crash, under load: the group leaves the router,
+    # forms again by itself and answers as before; no answer is wrong meanwhile.
+    load = fleet.load(100_000, concurrency=2, pause=0.5)
+    try:
+        load.wait_for(6)
+        killed = time.monotonic()
+        pid = engine.docker("inspect", "--format", "{{.State.Pid}}", worker).stdout.strip()
+        os.kill(int(pid), signal.SIGKILL)
+        fleet.wait_router(False, [head], timeout=180)
+        fleet.wait_router(True, [head], timeout=600)
+        healed = time.monotonic() - killed
+        after = greedy(fleet)
+    finally:
+        load.stop()
+    result = load.join()
+    print(f"pipeline worker killed: healed in {healed:.0f} s; {result.summary()}")
+    assert after == before
+    head_log = fleet.ssh(f"journalctl -u {DEPLOYMENT}-0 -o cat --no-pager", check=False).stdout
+    assert "the pipeline group broke" in head_log, head_log[-3000:]
+    assert result.ok > 0
 
 
 def test_absent_removes_the_router_the_monitoring_and_the_firewall(fleet):

@@ -96,3 +96,8 @@ def test_an_unreadable_table_gives_no_verdict():
     naps: list[float] = []
     group.watch(29501, read=lambda: next(tables), sleep=naps.append, every=5)
     assert len(naps) == 10  # the five unread checks neither formed nor broke anything
+
+
+def test_the_interface_of_an_address_is_found_on_this_machine():
+    assert group.interface_of("127.0.0.1") == "lo"  # every Linux host has it
+    assert group.interface_of("203.0.113.254") is None  # TEST-NET-3: on no host

@@ -177,9 +177,14 @@ def test_the_head_serves_and_the_other_host_joins_it_headless():
     ]
     assert "--master-addr=10.0.0.11" in head.command and "--master-port=29500" in head.command
     assert "--headless" not in head.command
+    assert head.env["VLLM_HOST_IP"] == "10.0.0.11"  # where it announces its message queue
     worker = pipeline_container(1, head_address="10.0.0.11")
     assert "--node-rank=1" in worker.command and "--headless" in worker.command
     assert "--master-addr=10.0.0.11" in worker.command
+    # Only the head serves; a stage's group is reached, and its health read, at the head.
+    assert head.serves and not worker.serves
+    assert worker.url == head.url == "http://10.0.0.11:8001"
+    assert head.group_port == worker.group_port == 29500
 
 
 def test_a_stage_container_refuses_what_vllm_could_not_run():

@@ -75,6 +75,18 @@ def test_the_containers_labels_are_the_plan_and_its_args_where_it_listens():
     }
     assert status.planned(info) == PLAN
     assert status.listen(info) == ("10.0.0.5", 8001)
+    assert status.stage(info) == ""
+
+
+def test_a_stage_of_a_copy_cut_over_hosts_is_seen_at_its_head():
+    group = ["--nnodes=2", "--master-addr=10.0.0.4", "--master-port=29500"]
+    head = {"Args": ["--host=10.0.0.4", *group, "--node-rank=0"], "Config": {"Labels": {}}}
+    worker = {
+        "Args": ["--host=10.0.0.5", *group, "--node-rank=1", "--headless"],
+        "Config": {"Labels": {"zenvllm.port": "8001"}},
+    }
+    assert (status.stage(head), status.stage(worker)) == ("0/2", "1/2")
+    assert status.listen(worker) == ("10.0.0.4", 8001)  # its group's health is its head's
 
 
 def row(**change) -> dict:

@@ -83,6 +83,10 @@ class Container:
     restart: str  # the engine's restart policy
     foreground: bool  # systemd's: in the foreground, removed when it stops
     cache_dir: str = ""  # the host directory mounted at compile_cache.CONTAINER_DIR (vLLM's)
+    # A copy cut over hosts: the head's torch.distributed store port (0: a whole copy),
+    # and the head's address when this is a headless stage, which serves nothing itself.
+    group_port: int = 0
+    head: str = ""
 
     @property
     def run_args(self) -> list[str]:
@@ -96,9 +100,16 @@ class Container:
         return "".join(f"{key}={value}\n" for key, value in sorted(self.env.items()))
 
     @property
+    def serves(self) -> bool:
+        """Whether it answers the API itself (a headless stage does not)."""
+        return not self.head
+
+    @property
     def url(self) -> str:
-        """Where a router or a scraper reaches it."""
-        host = f"[{self.address}]" if ":" in self.address else self.address
+        """Where a router or a scraper reaches it; a headless stage's group is reached
+        at its head, so its health is the group's."""
+        address = self.head or self.address
+        host = f"[{address}]" if ":" in address else address
         return f"http://{host}:{self.port}"
 
     @property
@@ -107,7 +118,13 @@ class Container:
         return [self.env_file, self.run_script, self.unit_file]
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "run_args": self.run_args, "files": self.files, "url": self.url}
+        return {
+            **asdict(self),
+            "run_args": self.run_args,
+            "files": self.files,
+            "url": self.url,
+            "serves": self.serves,
+        }
 
 
 def placement(instance: Instance) -> list[str]:
@@ -172,6 +189,11 @@ def container_of(instance: Instance, request: Request, secrets: str = "") -> Con
     env_file = f"{request.config_dir}/{name}.env"
     served = request.served_name
     env = {**instance.env, "HF_HUB_OFFLINE": "1", **request.extra_env}
+    if instance.pipeline_parallel_size > 1:
+        # The address the group's hosts reach this one on: vLLM's head announces its
+        # message queue there, and falls back to 0.0.0.0 (which the other hosts take for
+        # themselves: the group hangs) where no default route names one.
+        env.setdefault("VLLM_HOST_IP", request.address)
     command = [
         f"--model={request.container_model_dir}",
         f"--served-model-name={served}",
@@ -235,4 +257,6 @@ def container_of(instance: Instance, request: Request, secrets: str = "") -> Con
         restart=SUPERVISORS[request.supervisor],
         foreground=request.supervisor == "systemd",
         cache_dir=cache,
+        group_port=head_port(instance, request) if instance.pipeline_parallel_size > 1 else 0,
+        head=request.head_address if "--headless" in command else "",
     )

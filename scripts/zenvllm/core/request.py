@@ -271,6 +271,16 @@ class Request:
         "| map(attribute='zenvllm_private_address', default='') | select | unique | list }}",
         role_only=True,
     )
+    pipeline_peers: tuple[str, ...] = option(
+        (),
+        "The addresses the firewall admits to a pipeline head's store port (default: "
+        "every zenvllm host's private address when hosts > 1).",
+        DEPLOY,
+        role_default="{{ ((groups['zenvllm'] | default([])) | map('extract', hostvars) "
+        "| map(attribute='zenvllm_private_address', default='') | select | unique | list) "
+        "if zenvllm_instances_hosts | int > 1 else [] }}",
+        role_only=True,
+    )
     firewall_name: str = option(
         "zenvllm-firewall",
         "The firewall's nftables table and unit (the unit re-applies it at boot).",

@@ -48,7 +48,7 @@ def render(rows: list[dict]) -> str:
     table = [COLUMNS] + [
         (
             r["host"],
-            r["name"],
+            r["name"] + (f" ({r['stage']})" if r.get("stage") else ""),
             observed.listed(frozenset(r["cpus"])),
             format_cpu_list(r["node"]),
             cell(r["backend"]),

@@ -16,8 +16,11 @@ forms again by itself. Standard library only: it runs in the image before vLLM.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import signal
+import socket
+import struct
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -106,6 +109,26 @@ def watch(
         file=sys.stderr,
         flush=True,
     )
+
+
+SIOCGIFADDR = 0x8915  # Linux: an interface's IPv4 address
+
+
+def interface_of(address: str) -> str | None:
+    """The network interface holding this IPv4 address, or None. torch's gloo picks the
+    address the hostname resolves to, and Debian's and cloud-init's /etc/hosts map it to
+    127.0.1.1, which no other host reaches: the launcher names the interface instead
+    (GLOO_SOCKET_IFNAME), the one the host's planned address is on."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        for _, name in socket.if_nameindex():
+            request = struct.pack("256s", name.encode()[:15])
+            try:
+                reply = fcntl.ioctl(probe.fileno(), SIOCGIFADDR, request)
+            except OSError:
+                continue  # no IPv4 address
+            if socket.inet_ntoa(reply[20:24]) == address:
+                return name
+    return None
 
 
 def start(port: int) -> None:

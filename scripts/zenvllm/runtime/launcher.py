@@ -249,6 +249,19 @@ def group_port(command: list[str]) -> int | None:
     return int(port) if nodes.isdigit() and int(nodes) > 1 and port.isdigit() else None
 
 
+def join_group(command: list[str], env: dict[str, str], store: int) -> None:
+    """A member of a copy cut over hosts: gloo on the interface of this host's planned
+    address (runtime/group.py says why), and the watch that ends a broken group."""
+    own = ServeArgs(command[2], command[3:]).option("--host") or ""
+    nic = "GLOO_SOCKET_IFNAME" not in env and group.interface_of(own)
+    if nic:
+        env["GLOO_SOCKET_IFNAME"] = nic
+        log(f"pipeline group: GLOO_SOCKET_IFNAME={nic} (the interface of {own})")
+    if os.getpid() == 1:  # a container's init: what the watch ends stays inside it
+        log(f"pipeline group: watching its store port {store} (runtime/group.py)")
+        group.start(store)
+
+
 def check_port(command: list[str]) -> None:
     serve = ServeArgs(command[2], command[3:])
     if "--headless" in serve.rest:
@@ -415,9 +428,8 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.suppress(OSError):
         LISTEN_FILE.write_text(listen_record(command))
     store = group_port(command)
-    if store and os.getpid() == 1:  # a container's init: what it ends stays inside it
-        log(f"pipeline group: watching its store port {store} (runtime/group.py)")
-        group.start(store)
+    if store:
+        join_group(command, env, store)
     log("exec " + " ".join(command))
     os.execvpe(command[0], command, env)
     return 0  # not reached

@@ -172,11 +172,20 @@ def seen(info: dict, platforms: dict[str, str] | None) -> Seen:
 
 
 def listen(info: dict) -> tuple[str, int]:
-    """Where vLLM listens: its --host and --port arguments (labels for the port)."""
+    """Where vLLM listens: its --host and --port arguments (labels for the port); a
+    headless stage of a copy cut over hosts serves nothing itself: its group's head."""
     args = " ".join(info.get("Args") or [])
-    host = re.search(r"--host[= ](\S+)", args)
+    flag = "--master-addr" if "--headless" in (info.get("Args") or []) else "--host"
+    host = re.search(flag + r"[= ](\S+)", args)
     port = (info.get("Config", {}).get("Labels") or {}).get("zenvllm.port", "0")
     return (host[1] if host else "127.0.0.1"), int(port) if port.isdigit() else 0
+
+
+def stage(info: dict) -> str:
+    """ "r/p" for stage r of a copy cut over p hosts (0 is the head), "" for a whole copy."""
+    args = " ".join(info.get("Args") or [])
+    hosts, rank = (re.search(f + r"[= ](\d+)", args) for f in ("--nnodes", "--node-rank"))
+    return f"{rank[1] if rank else 0}/{hosts[1]}" if hosts and int(hosts[1]) > 1 else ""
 
 
 def metrics(host: str, port: int) -> tuple[dict[str, float], str]:
@@ -234,12 +243,16 @@ def rows(
         running = info.get("State", {}).get("Running", False)
         problems = observed.problems(plan, now) if running else ["not running"]
         labels = info.get("Config", {}).get("Labels") or {}
+        part = stage(info)
+        if part and not part.startswith("0/"):
+            after, start = {}, None  # its group's figures are its head's, counted there
         out.append(
             {
                 "host": socket.gethostname(),
                 "deployment": labels.get("zenvllm.deployment", ""),
                 "id": info.get("Id", ""),
                 "name": plan.name,
+                "stage": part,
                 "target": plan.target,
                 "model": model,
                 "cpus": sorted(now.cpus),
