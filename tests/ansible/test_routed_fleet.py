@@ -74,6 +74,7 @@ MONITORING = ANSIBLE_DIR / "roles/zenvllm_monitoring"
 DASHBOARD = MONITORING / "files/zenvllm-fleet.json"
 # An instance unit that systemd restarted this often since boot is failing, not slow.
 FAULT_RESTARTS = 5
+FLEET_A_MODEL_DIR = "/var/lib/zenvllm-fleet-test/model/tiny-llama"  # inside fleet-a only
 WEBHOOK_PORT = 18390  # the test's own receiver of Alertmanager's webhooks, on this machine
 
 
@@ -368,9 +369,14 @@ def fleet(tmp_path_factory):
             "zenvllm_host_sysctls": {"net.core.somaxconn": 4096},
             "zenvllm_host_shm_size": "2g",
             "zenvllm_gateway_tls_names": [f"IP:{machine.address}"],
+            # On the machine's own disk: a work directory under /tmp is on the guest's
+            # tmpfs there, which a reboot empties (its instance then never came back).
+            "zenvllm_model_dir": FLEET_A_MODEL_DIR,
         }
         local = {
             "ansible_connection": "local",
+            # Under the test's own directory: nothing of the machine's is touched.
+            "zenvllm_model_dir": str(work / "model" / "tiny-llama"),
             "zenvllm_private_address": here,
             "zenvllm_docker_host": engine.engine_env()["DOCKER_HOST"],
             "zenvllm_image_source": "present",
@@ -395,8 +401,6 @@ def fleet(tmp_path_factory):
         variables = {
             "ansible_python_interpreter": "/usr/bin/python3",
             "zenvllm_image": IMAGE,
-            # Under the test's own directory on both hosts: nothing of the machine's is touched.
-            "zenvllm_model_dir": str(work / "model" / "tiny-llama"),
             # Delivered by the instances role (rsync, verified), to both hosts.
             "zenvllm_model_src": str(ensure_tiny_model()),
             "zenvllm_instances_deployment": DEPLOYMENT,
@@ -437,10 +441,10 @@ def test_deploy_puts_both_hosts_behind_one_endpoint(fleet):
     assert run.rc == 0 and run.failed() == 0, run.output[-6000:]
     assert SECRET not in run.output
     # The model reached both hosts through the instances role, verified file by file.
-    model_dir = Path(fleet.variables["zenvllm_model_dir"])
+    here = yaml.safe_load(fleet.inventory.read_text())["zenvllm"]["hosts"]["localhost"]
     record = {
-        ROUTER_HOST: fleet.ssh(f"cat {model_dir}/.zenvllm-model").stdout,
-        "here": (model_dir / ".zenvllm-model").read_text(),
+        ROUTER_HOST: fleet.ssh(f"cat {FLEET_A_MODEL_DIR}/.zenvllm-model").stdout,
+        "here": (Path(here["zenvllm_model_dir"]) / ".zenvllm-model").read_text(),
     }
     wanted = Marker(modelsync.manifest_of(ensure_tiny_model()), {})
     assert {where: parse_marker(text, where) for where, text in record.items()} == {

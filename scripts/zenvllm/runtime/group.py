@@ -3,14 +3,14 @@
 vLLM 0.32 hardly notices a lost host: measured with two stage containers, a killed
 worker left the head answering /health with 200; the next request hung until vLLM's
 RPC timeout (300 s, "RPC call to sample_tokens timed out") ended the head, and without
-a request nothing would have. Each member
-of a group started with `--nnodes` holds TCP connections to the head's torch.distributed
-store (the head's `--master-port`) for its whole life, so the launcher forks this watch
-before it execs vLLM: once the set of established connections on that port has held
-steady, the loss of one of them for `PATIENCE` checks means a member is gone, and the
-watch ends this container's vLLM. The supervisor (systemd, or the engine's restart policy) starts
-it again; a head waits for its workers and a worker retries its head, so the group
-forms again by itself. Standard library only: it runs in the image before vLLM.
+a request nothing would have. Each member of a group started with `--nnodes` holds TCP
+connections to the head's torch.distributed store (the head's `--master-port`) for its
+whole life, so the launcher forks this watch before it execs vLLM: once the set of
+established connections on that port has held steady, the loss of one of them for
+`PATIENCE` checks means a member is gone, and the watch ends this container's vLLM.
+The supervisor (systemd, or the engine's restart policy) starts it again; a head waits
+for its workers and a worker retries its head, so the group forms again by itself.
+Standard library only: it runs in the image before vLLM.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
 TABLE_CAP = 64 << 20  # 64 MiB: some 400,000 connections
 ESTABLISHED = "01"  # the kernel's state code in /proc/net/tcp
 EVERY = 5.0  # seconds between checks
-PATIENCE = 3  # checks a count must hold to count, or stay low to break the group
+PATIENCE = 3  # checks a set must hold to count, or a member stay gone to break the group
 
 
 def store_connections(tables: Iterable[str], port: int) -> frozenset[str]:
