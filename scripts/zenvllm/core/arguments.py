@@ -5,6 +5,7 @@ a number in (0, 1]; e.g. 0.9`), exit 2, before any work."""
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import math
 import re
 from collections.abc import Callable
@@ -62,6 +63,22 @@ NAME_RULE = "a name of lowercase letters, digits and dashes (up to 41, starting 
 def name(value: str) -> str:
     if not NAME.fullmatch(value):
         raise argparse.ArgumentTypeError(f"{value!r} is not {NAME_RULE}; e.g. zenvllm")
+    return value
+
+
+def is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def ip_address(value: str) -> str:
+    if not is_ip(value):
+        raise argparse.ArgumentTypeError(
+            f"{value[:80]!r} is not an IP address; give the host's, e.g. 10.0.0.11"
+        )
     return value
 
 

@@ -194,6 +194,7 @@ def container_of(instance: Instance, request: Request, secrets: str = "") -> Con
         # message queue there, and falls back to 0.0.0.0 (which the other hosts take for
         # themselves: the group hangs) where no default route names one.
         env.setdefault("VLLM_HOST_IP", request.address)
+    stage = stage_args(instance, request)  # [] for a copy on one host
     command = [
         f"--model={request.container_model_dir}",
         f"--served-model-name={served}",
@@ -206,7 +207,7 @@ def container_of(instance: Instance, request: Request, secrets: str = "") -> Con
             if instance.tensor_parallel_size > 1
             else []
         ),
-        *stage_args(instance, request),
+        *stage,
         *request.serve_args,
     ]
     cache = ""
@@ -257,6 +258,6 @@ def container_of(instance: Instance, request: Request, secrets: str = "") -> Con
         restart=SUPERVISORS[request.supervisor],
         foreground=request.supervisor == "systemd",
         cache_dir=cache,
-        group_port=head_port(instance, request) if instance.pipeline_parallel_size > 1 else 0,
-        head=request.head_address if "--headless" in command else "",
+        group_port=head_port(instance, request) if stage else 0,
+        head=request.head_address if stage and request.host_rank > 0 else "",
     )

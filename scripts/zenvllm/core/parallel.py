@@ -94,11 +94,14 @@ def split(host: Host, model: Model, policy: Policy, nodes: list[int]) -> Split:
         return Split(asked or 1, used(nodes, asked or 1), "")
     for p in range(1, policy.hosts + 1):
         part = stage(model, p)
-        k = asked or tensor_size(host, part, policy, nodes)
+        if asked is None:
+            k = tensor_size(host, part, policy, nodes)
         # An asked size is kept on one host: the KV sizing then refuses it with numbers.
-        if k and (
-            p == policy.hosts == 1 or fits(host, list(used(nodes, k)), shard(part, k), policy)
-        ):
+        elif policy.hosts == 1 or fits(host, list(used(nodes, asked)), shard(part, asked), policy):
+            k = asked
+        else:
+            k = None
+        if k:
             return Split(k, used(nodes, k), why(model, p, k, asked), p)
     raise PlanError(beyond(host, model, policy, nodes))
 
@@ -106,7 +109,7 @@ def split(host: Host, model: Model, policy: Policy, nodes: list[int]) -> Split:
 def tensor_size(host: Host, model: Model, policy: Policy, nodes: list[int]) -> int | None:
     """The fewest ranks (a power of two, one per node) whose shards fit; None if none."""
     for k in powers_of_two(len(nodes)):
-        if fits(host, list(used(nodes, k)) if k > 1 else nodes, shard(model, k), policy):
+        if fits(host, list(used(nodes, k)), shard(model, k), policy):
             return k
     return None
 

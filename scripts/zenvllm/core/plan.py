@@ -390,6 +390,8 @@ def place_groups(
     counts = {node: 1 for group in groups for node in group}
     counts, kv_by_node, warnings, notes = kv_cache_per_node(host, rank_model, policy, counts)
     limit = k * fixed_cost(rank_model, policy) + page_cache_room(part)
+    where = f" of each of {parts.pipeline} hosts" if parts.pipeline > 1 else ""
+    what = "a stage of a copy" if parts.pipeline > 1 else "one copy"
     instances = []
     for index, group in enumerate(groups):
         kv = min(kv_by_node[node] for node in group)
@@ -398,8 +400,6 @@ def place_groups(
         instances.append(
             instance_of(index, ranks, mems, kv, limit, policy, model.dtype, parts.pipeline)
         )
-        where = f" of each of {parts.pipeline} hosts" if parts.pipeline > 1 else ""
-        what = "a stage of a copy" if parts.pipeline > 1 else "one copy"
         notes.append(
             f"nodes {format_cpu_list(group)}{where}: {what} in {k} rank(s), "
             f"{rank_model.weight_gib:.2f} GiB of weights and KV {kv} GiB per rank"

@@ -15,7 +15,6 @@ request. Pure; standard library only.
 
 from __future__ import annotations
 
-import ipaddress
 import math
 import re
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from zenvllm.core import gate
-from zenvllm.core.arguments import NAME, NAME_RULE
+from zenvllm.core.arguments import NAME, NAME_RULE, is_ip
 from zenvllm.core.dtype import CHOICES as DTYPES
 from zenvllm.core.flavors import PRESETS
 from zenvllm.core.targets import TARGETS
@@ -584,14 +583,6 @@ def _str(spec: Spec, value: Any, where: str, fix: str) -> str:
             f'"" for none; {FIX}'
         )
     return text
-
-
-def is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
 
 
 VALIDATORS = {"count": _count, "bool": _bool, "int": _int, "float": _float, "list": _list}

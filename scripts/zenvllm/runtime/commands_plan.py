@@ -37,16 +37,8 @@ def flag_type(name: str) -> Callable[[str], object]:
     if spec.pattern:
         return arguments.name
     if spec.ip:
-        return ip_address
+        return arguments.ip_address
     return str
-
-
-def ip_address(text: str) -> str:
-    if not request.is_ip(text):
-        raise argparse.ArgumentTypeError(
-            f"{text[:80]!r} is not an IP address; give the host's, e.g. 10.0.0.11"
-        )
-    return text
 
 
 def add_plan_options(parser: argparse.ArgumentParser) -> None:
