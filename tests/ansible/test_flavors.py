@@ -216,6 +216,60 @@ def test_an_impossible_plan_fails_with_the_planners_numbers(tmp_path):
     assert not list((tmp_path / "units").iterdir())
 
 
+def test_a_copy_cut_over_two_hosts_takes_its_stages_from_inventory_order(tmp_path):
+    """A model two hosts of the OpenStack blog's flavor hold together: deploy.yml gives
+    the zenvllm group's first host the head's stage and the second the worker's joining
+    it at the first's private address, with no per-host variable. A rolling batch of one
+    host would restart half a copy: refused before anything is written."""
+    addresses = {"stage-a": "10.231.9.1", "stage-b": "10.231.9.2"}
+    hosts = {}
+    for name, address in addresses.items():
+        (tmp_path / name / "units").mkdir(parents=True)
+        hosts[name] = {
+            "ansible_connection": "local",
+            "zenvllm_private_address": address,
+            **instance_paths(tmp_path / name),
+        }
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"zenvllm": {"hosts": hosts}}))
+
+    def deploy(**extra):
+        return playbook(
+            "-i",
+            str(inventory),
+            "--tags",
+            "instances",
+            extra_vars={
+                "zenvllm_model_dir": "/srv/models/llm",
+                "zenvllm_instances_flavor": "epyc-9454-24c-96g",
+                "zenvllm_instances_model_size_gib": 140,
+                "zenvllm_instances_hosts": 2,
+                "zenvllm_instances_render_only": True,
+                "zenvllm_instances_supervisor": "systemd",
+                "zenvllm_planner": str(planner_zipapp(tmp_path)),
+                **extra,
+            },
+            playbook_file="playbooks/deploy.yml",
+        )
+
+    refused = deploy(zenvllm_serial=1)
+    assert refused.rc != 0
+    said = " ".join(refused.output.split())
+    assert "a pipeline changes as one unit" in said, refused.output[-3000:]
+    assert "Give zenvllm_serial a multiple of 2" in said
+    assert not [p for name in hosts for p in (tmp_path / name / "units").iterdir()]
+
+    run = deploy()
+    assert run.rc == 0 and run.failed() == 0, run.output[-6000:]
+    head, worker = (
+        exec_start((tmp_path / name / "units" / "zenvllm-0.service").read_text())
+        for name in addresses
+    )
+    joined = {"--pipeline-parallel-size=2", "--nnodes=2", "--master-addr=10.231.9.1"}
+    assert joined | {"--node-rank=0"} <= set(head) and "--headless" not in head
+    assert joined | {"--node-rank=1", "--headless"} <= set(worker)
+
+
 def test_the_planner_on_each_host_is_the_zipapp_and_only_the_shipped_layers(rendered):
     base, _ = rendered
     for name in FLAVORS:

@@ -890,10 +890,6 @@ def test_gateway_health_fails_when_no_instance_is_healthy(fleet):
     assert fleet.get(f"{fleet.url}/gateway-health")[0] in (502, 503)
 
 
-# Each host's stage: fleet-a's is the head (0), this machine's the other (1).
-HEAD_FIRST = "{{ 0 if inventory_hostname == '" + ROUTER_HOST + "' else 1 }}"
-
-
 def greedy(fleet) -> str:
     """A greedy completion through the gateway: the same text for as long as the model
     and the group that serves it are the same."""
@@ -917,14 +913,13 @@ def greedy(fleet) -> str:
 def test_a_copy_cut_over_both_hosts_serves_at_its_head_and_heals(fleet):
     """vLLM's pipeline parallel across the fleet's two hosts, deployed by deploy.yml: the
     model is stated too large for one host (in float32, the size of a host's memory
-    budget), so each host plans one stage; fleet-a's is the head, behind the router,
-    and this machine's joins it headless over the bridge."""
+    budget), so each host plans one stage; fleet-a's, first in the inventory, is the
+    head, behind the router, and this machine's joins it headless over the bridge (no
+    per-host variable: the stages follow inventory order)."""
     budget = node_budget(read_host(Path("/")).nodes[0].mem_total_bytes, Policy())
     stated = math.floor(budget / GIB / 2 * 10) / 10  # bf16 GiB: twice that in float32
     pipeline = {
         "zenvllm_instances_hosts": 2,
-        "zenvllm_instances_host_rank": HEAD_FIRST,
-        "zenvllm_instances_head_address": fleet.router_address,
         "zenvllm_instances_model_size_gib": stated,
         "zenvllm_instances_dtype": "float32",
         "zenvllm_instances_serve_args": [],  # vLLM 0.32: no pipeline without its warm-up

@@ -21,9 +21,8 @@ def variables(role: Path, **overrides) -> dict:
             found |= yaml.safe_load(path.read_text()) or {}
     found |= overrides
     trusted = {k: trust_as_template(v) if isinstance(v, str) else v for k, v in found.items()}
-    return {"groups": {}, "hostvars": {}, "role_path": str(role), "ansible_managed": MANAGED} | (
-        trusted
-    )
+    lone = {"groups": {}, "hostvars": {}, "inventory_hostname": "localhost"}
+    return lone | {"role_path": str(role), "ansible_managed": MANAGED} | (trusted)
 
 
 def render(role: Path, template: str, **overrides) -> str:

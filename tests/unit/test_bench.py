@@ -139,6 +139,8 @@ def test_two_core_machine_folds_identical_layouts():
         "zen-auto",
         "pace-auto",  # another image: never folded into auto
         "vllm-dp",
+        "vllm-tp",  # one copy over two ranks, one per core, against the replicas
+        "vllm-pp",
         "llamacpp",
         "llamacpp-q8",
         "gateway",
@@ -527,6 +529,70 @@ def test_vllm_dp_runs_one_rank_per_planner_slice_in_one_container():
     # The result document keeps it, and reads it back whole.
     again = document.configs_from_dicts([document.config_dict(dp, "img:1")])
     assert again[0].servers[0].serve_args == server.serve_args
+
+
+@pytest.mark.parametrize(
+    ("fixture", "ranks"),
+    [("test-machine-zen4-2cpu", ["0", "1"]), ("epyc-9654-nps4", None)],
+)
+def test_a_split_copy_runs_one_rank_per_node_or_per_half_of_a_lone_node(fixture, ranks):
+    """vllm-tp and vllm-pp: vLLM's own command, one container, one copy over the ranks
+    the planner would split it into (a node each), or two halves of a one-node host."""
+    machine = host(fixture)
+    nodes = sorted({c.node for c in machine.cpus})
+    configs, _ = layouts.resolve(["stock", "vllm-tp", "vllm-pp"], machine, TINY, 8401, 512)
+    by_name = {c.name: c for c in configs}
+    flags = {"vllm-tp": "--tensor-parallel-size", "vllm-pp": "--pipeline-parallel-size"}
+    for name, flag in flags.items():
+        (server,) = by_name[name].servers
+        binds = server.omp_bind.split("|")
+        if ranks is not None:
+            assert binds == ranks
+        else:  # a rank per node, each on that node's CPUs only
+            assert len(binds) == len(nodes) > 1
+            for bind, node in zip(binds, nodes, strict=True):
+                assert {machine.cpu(c).node for c in layouts.cpu_ids(bind)} == {node}
+        assert server.env["VLLM_CPU_OMP_THREADS_BIND"] == server.omp_bind
+        argv = launch.server_launch(server, bench_settings(), "r1").argv
+        assert argv[argv.index(flag) + 1] == str(len(binds))
+        assert argv[argv.index("--entrypoint") + 1] == "vllm"
+        assert by_name[name].shape == f"1 x {len(binds)} {name[-2:].upper()} ranks"
+    # The same slices, another split: never folded into each other.
+    assert by_name["vllm-tp"].signature() != by_name["vllm-pp"].signature()
+
+
+def test_a_split_copy_reads_its_weights_over_every_rank_in_the_roofline():
+    configs, _ = layouts.resolve(
+        ["stock", "two-per-node", "vllm-tp"], host("test-machine-zen4-2cpu"), TINY, 8401, 512
+    )
+    summaries = [
+        results.Summary(name, "x", 1, 10, 10, 10, 20, 5, 5, 5, 50.0, 50.0, 50.0, None)
+        for name in ("stock", "two-per-node", "vllm-tp")
+    ]
+    meta = {"weight_bytes": 10**9, "core_bandwidth_gbs": 2.5, "host_cores": 2}
+    rows = {r["config"]: r for r in roofline.roofline(summaries, configs, meta)}
+    # Two replicas of one core each read a copy per step; the split reads one over both.
+    assert rows["two-per-node"]["bandwidth_gbs"] == 2.5
+    assert rows["vllm-tp"]["bandwidth_gbs"] == 5.0
+    assert rows["vllm-tp"]["percent"] == rows["two-per-node"]["percent"] / 2
+
+
+def test_an_eager_run_leaves_the_pipeline_out_and_says_why():
+    from zenvllm.bench import commands_bench
+
+    configs, _ = layouts.resolve(
+        ["stock", "vllm-tp", "vllm-pp"], host("test-machine-zen4-2cpu"), TINY, 8401, 512
+    )
+    notes: list[str] = []
+    eager = replace(workloads.QUICK, enforce_eager=True)
+    kept = commands_bench.without_eager_pipelines(configs, eager, notes)
+    assert [c.name for c in kept] == ["stock", "vllm-tp"]
+    assert notes == [
+        "vllm-pp: skipped: vLLM 0.32 on CPU fails the first request of a pipeline "
+        "without its compile warm-up"
+    ]
+    compiled = replace(eager, enforce_eager=False)
+    assert commands_bench.without_eager_pipelines(configs, compiled, []) == configs
 
 
 def test_the_roofline_compares_weight_bytes_streamed_with_the_cores_bandwidth():

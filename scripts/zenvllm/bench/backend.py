@@ -161,7 +161,7 @@ def facts(
     """What the first server of a vLLM configuration ran (its platform; for the
     planner's containers the operators of one profiled request) and how it started;
     the planner's layout is restarted once for its warm time to ready."""
-    if config.kind not in ("plan", "stock", "dp") or not config.servers:
+    if config.kind not in ("plan", "stock", *layouts.RANK_FLAGS) or not config.servers:
         return {}
     first = config.servers[0]
     if first.instance:

@@ -15,7 +15,7 @@ import statistics
 from pathlib import Path
 
 from zenvllm.bench import recompute
-from zenvllm.bench.layouts import ACCEPTANCE_RATIO, NEAR_BEST, PLANNER, STOCK
+from zenvllm.bench.layouts import ACCEPTANCE_RATIO, NEAR_BEST, PEER_KINDS, PLANNER, STOCK
 from zenvllm.bench.report import batch1_row, verdict_lines, weights_row
 from zenvllm.bench.results import Summary
 from zenvllm.bench.roofline import has_batch1, roofline_row
@@ -170,7 +170,7 @@ def ratio_problems(summary: dict[str, dict]) -> list[str]:
 def peer_problems(peers: list[dict], summary: dict[str, dict], configs: list[dict]) -> list[str]:
     """A row per peer that ran (and stock), each the quotient of the summary rows."""
     planner = summary.get(PLANNER)
-    wanted = {c["name"] for c in configs if c["kind"] in ("dp", "llamacpp")} | {STOCK}
+    wanted = {c["name"] for c in configs if c["kind"] in PEER_KINDS} | {STOCK}
     wanted &= set(summary)
     if planner is None:
         return []

@@ -12,6 +12,7 @@ from zenvllm.bench import bandwidth, document, gateway, layouts, metrics, runner
 from zenvllm.bench.gateway import Deployment
 from zenvllm.core import arguments, gate
 from zenvllm.core.arguments import real, whole
+from zenvllm.core.container import EAGER_PIPELINE
 from zenvllm.core.cores import usable_cores
 from zenvllm.core.errors import UserError
 from zenvllm.core.host import GIB, Host
@@ -153,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
     notes += [*calibrated, *resolved]
     images, configs = choose_images(args, configs, notes, host)
     workload = eager_if_needed(args, workload, images["vllm-openai"], notes)
+    configs = without_eager_pipelines(configs, workload, notes)
     gateway_url, deployment, configs = choose_gateway(
         args, configs, notes, model_dir, images["vllm-openai"], workload, max_len
     )
@@ -260,6 +262,16 @@ def eager_if_needed(
             "CPU: every configuration (stock included) runs with --enforce-eager"
         )
     return workload
+
+
+def without_eager_pipelines(
+    configs: list[layouts.Configuration], workload: workloads.Workload, notes: list[str]
+) -> list[layouts.Configuration]:
+    """A pipeline runs compiled or not at all (core.container.EAGER_PIPELINE)."""
+    if not workload.enforce_eager:
+        return configs
+    notes += [f"{c.name}: skipped: {EAGER_PIPELINE}" for c in configs if c.kind == "pp"]
+    return [c for c in configs if c.kind != "pp"]
 
 
 def choose_gateway(

@@ -28,7 +28,16 @@ STOCK = "stock"
 PLANNER = "auto"  # the configuration that is the planner's own choice
 ACCEPTANCE_RATIO = 1.3  # issue 5: the planner's layout >= 1.3x stock output throughput
 NEAR_BEST = 0.95  # issue 14: the planner's layout >= 0.95x the best that serves the same weights
-PEER_KINDS = ("dp", "llamacpp")  # what a user would run instead of zenvllm
+# What a user would run instead of zenvllm: vLLM's own parallel sizes as its CPU guide
+# runs them (one container over the plan's slices, a rank per slice: data parallel's whole
+# copies, or one copy split by tensor or pipeline parallel), and llama.cpp.
+PEER_KINDS = ("dp", "tp", "pp", "llamacpp")
+RANK_FLAGS = {
+    "dp": "--data-parallel-size",
+    "tp": "--tensor-parallel-size",
+    "pp": "--pipeline-parallel-size",
+}
+SPLIT_KINDS = ("tp", "pp")  # one copy over every rank
 # Bytes a decode step reads per bf16 weight byte: Q8_0 stores 32 weights in 34 bytes.
 GGUF_BYTES = {"bf16": 1.0, "q8_0": 34 / 64}
 
@@ -38,11 +47,13 @@ class Spec:
     """A configuration before it meets the host."""
 
     name: str
-    # stock | plan | dp (vLLM's own data parallel over the plan's slices) | llamacpp | gateway
+    # stock | plan | dp, tp or pp (vLLM's own parallel over the plan's slices: RANK_FLAGS)
+    # | llamacpp | gateway
     kind: str
     summary: str
     target: str = "vllm-openai"  # the image (a peer's own for llamacpp)
-    instances: int | str | None = None  # plan: None auto, N, "per-node" or "two-per-node"
+    # plan: None auto, N, "per-node", "two-per-node" or "ranks" (per node; two on one node)
+    instances: int | str | None = None
     layout: str = "contiguous"
     gguf: str = ""  # llamacpp: the GGUF type its weights are converted to
 
@@ -68,6 +79,22 @@ CATALOGUE = (
         "vllm-dp",
         "dp",
         "vLLM's own data parallel: one container, one rank per planner slice",
+    ),
+    # One copy split, against the replicas the planner keeps while a copy fits a node: a
+    # rank per NUMA node, as the planner splits a copy that fits none (two ranks, one per
+    # half of the cores, on a one-node host).
+    Spec(
+        "vllm-tp",
+        "tp",
+        "vLLM's tensor parallel: one copy, one rank per NUMA node (per half of a lone node)",
+        instances="ranks",
+    ),
+    Spec(
+        "vllm-pp",
+        "pp",
+        "vLLM's pipeline parallel in one host: one copy, a stage per NUMA node (per half "
+        "of a lone node)",
+        instances="ranks",
     ),
     Spec(
         "llamacpp",
@@ -128,9 +155,9 @@ class Configuration:
             return "gateway"
         if self.kind == "stock":
             return "1 x all CPUs"
-        if self.kind == "dp":
+        if self.kind in RANK_FLAGS:
             ranks = self.servers[0].omp_bind.split("|")
-            return f"1 x {len(ranks)} DP ranks"
+            return f"1 x {len(ranks)} {self.kind.upper()} ranks"
         if self.kind == "llamacpp":
             threads = len(cpu_ids(self.servers[0].omp_bind))
             return f"1 x {threads} threads ({self.servers[0].gguf})"
@@ -209,10 +236,11 @@ def servers_of(plan: Plan) -> tuple[Server, ...]:
     )
 
 
-def dp_server(plan: Plan, port: int) -> Server:
-    """vLLM's data parallel over the plan's slices: one container on all of them, one rank
-    per slice, each rank's OpenMP threads on its slice (VLLM_CPU_OMP_THREADS_BIND's "|"
-    form) and its KV cache as planned; the container gets the slices' memory and shm."""
+def ranks_server(plan: Plan, port: int, kind: str) -> Server:
+    """vLLM's own parallel (`kind`: RANK_FLAGS) over the plan's slices: one container on
+    all of them, one rank per slice, each rank's OpenMP threads on its slice
+    (VLLM_CPU_OMP_THREADS_BIND's "|" form) and its KV cache as planned (vLLM sizes the
+    KV cache per rank); the container gets the slices' memory and shm."""
     first = plan.instances[0]
     # One container over every slice: placement() of their union, as for any instance.
     union = replace(
@@ -227,7 +255,7 @@ def dp_server(plan: Plan, port: int) -> Server:
     env = {**first.env, "VLLM_CPU_KVCACHE_SPACE": str(kv), "VLLM_CPU_OMP_THREADS_BIND": bind}
     env.pop("ZENVLLM_PLAN", None)  # vLLM's own command: no launcher reads it
     return Server(
-        name=f"zenvllm-bench-dp-{port}",
+        name=f"zenvllm-bench-{kind}-{port}",
         port=port,
         cpus=format_cpu_list(union.cpus),
         omp_bind=bind,
@@ -235,7 +263,7 @@ def dp_server(plan: Plan, port: int) -> Server:
         kv_cache_gib=kv,
         env=env,
         docker_args=tuple(placement(union)),
-        serve_args=("--data-parallel-size", str(len(plan.instances))),
+        serve_args=(RANK_FLAGS[kind], str(len(plan.instances))),
     )
 
 
@@ -277,9 +305,11 @@ def llamacpp_server(host: Host, spec: Spec, port: int) -> Server:
 def policy_of(spec: Spec, host: Host, base_port: int, max_model_len: int, base: Policy) -> Policy:
     """The spec's policy over `base` (the host's calibrated figures, if any)."""
     instances = spec.instances
+    nodes = len(usable_cores(host))  # the nodes the planner can place on
     if instances in ("per-node", "two-per-node"):
-        nodes = len(usable_cores(host))  # the nodes the planner can place on
         instances = nodes * (2 if instances == "two-per-node" else 1)
+    elif instances == "ranks":  # a split needs two ranks at least
+        instances = nodes if nodes > 1 else 2
     return replace(
         base,
         instances=instances,  # type: ignore[arg-type]
@@ -370,7 +400,11 @@ def resolve(
             except PlanError as err:
                 notes.append(f"{name}: skipped on this host: {err}")
                 continue
-            servers = (dp_server(plan, base_port),) if spec.kind == "dp" else servers_of(plan)
+            servers = (
+                (ranks_server(plan, base_port, spec.kind),)
+                if spec.kind in RANK_FLAGS
+                else servers_of(plan)
+            )
             config = Configuration(name, spec.kind, spec.summary, spec.target, servers)
         twin = next(
             (c for c in configs if c.kind != "gateway" and c.signature() == config.signature()),

@@ -17,7 +17,14 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from zenvllm.bench.layouts import GGUF_BYTES, PLANNER, Configuration, Server, cpu_ids
+from zenvllm.bench.layouts import (
+    GGUF_BYTES,
+    PLANNER,
+    SPLIT_KINDS,
+    Configuration,
+    Server,
+    cpu_ids,
+)
 
 # Issue 30: at batch 1 the planner's layout should stream at least 60% of its bandwidth.
 BATCH1_GOAL = 60.0
@@ -95,6 +102,8 @@ def roofline(
     for s in summaries:
         config = by_name[s.config]
         cores = [n for srv in config.servers for n in instance_cores(srv, host_cores)]
+        if config.kind in SPLIT_KINDS:
+            cores = [sum(cores)]  # one copy: each step reads its weights over every rank
         if not cores or s.tpot_ms <= 0 or weight_bytes <= 0 or busy <= 0:
             continue  # the gateway has no servers of its own
         step = step_bytes(config, weight_bytes)

@@ -57,6 +57,13 @@ SECURITY = ("--cap-drop=ALL", "--cap-add=SYS_NICE", "--security-opt=no-new-privi
 # server, never an operator's choice) leaves it detached and stopped when it stops.
 SUPERVISORS = {"systemd": "no", "engine": "unless-stopped", "none": "no"}
 
+# vLLM 0.32 on CPU allocates a later stage's activation buffers in the compile warm-up,
+# which --enforce-eager skips: the first request then fails in the worker
+# (AssertionError: intermediate_tensors is not None) and hangs.
+EAGER_PIPELINE = (
+    "vLLM 0.32 on CPU fails the first request of a pipeline without its compile warm-up"
+)
+
 
 def secrets_digest(secrets: dict[str, str]) -> str:
     """The env file's secrets never enter the plan, only their digest: a new key must
@@ -154,13 +161,9 @@ def stage_args(instance: Instance, request: Request) -> list[str]:
             "address (head_address, --head-address)"
         )
     if "--enforce-eager" in request.serve_args:
-        # vLLM 0.32 on CPU allocates a later stage's activation buffers in the compile
-        # warm-up, which --enforce-eager skips: the first request then fails in the
-        # worker (AssertionError: intermediate_tensors is not None) and hangs.
         raise PlanError(
             f"{instance.name} is cut into {p} pipeline stages and serve_args has "
-            "--enforce-eager: vLLM 0.32 on CPU fails the first request of a pipeline "
-            "without its compile warm-up; remove --enforce-eager"
+            f"--enforce-eager: {EAGER_PIPELINE}; remove --enforce-eager"
         )
     port = head_port(instance, request)
     if port > 65535:

@@ -63,6 +63,14 @@ def option(default: Any, help: str, section: str, **spec: Any) -> Any:
     return field(default=default, metadata=meta)
 
 
+# A fleet's copies cut over hosts: consecutive runs of `hosts` hosts of the zenvllm group,
+# in inventory order, so a rolling batch of whole runs restarts whole copies.
+PIPELINE_HOSTS = (
+    "{% set fleet = groups['zenvllm'] | default([]) %}{% set p = zenvllm_instances_hosts "
+    "| int %}{{ fleet[fleet.index(inventory_hostname) // p * p :][:p] if p > 1 and "
+    "inventory_hostname in fleet else [inventory_hostname] }}"
+)
+
 MODEL, DEPLOY, HOST, IMAGE, SECRETS, SUPERVISE, PATHS, CHECKS, ROLLOUT = (
     "The model",
     "The deployment",
@@ -185,24 +193,41 @@ class Request:
         high=4096,
         example="2",
     )
+    pipeline_hosts: tuple[str, ...] = option(
+        (),
+        "The inventory hosts one copy is cut over, head first (default: with hosts > 1, "
+        "this host's run of `hosts` hosts of the zenvllm group in inventory order: the "
+        "first `hosts` hosts make one copy, the next `hosts` the next).",
+        DEPLOY,
+        role_default=PIPELINE_HOSTS,
+        role_only=True,
+    )
     host_rank: int = option(
         0,
         "This host's stage in its copy's pipeline: 0 is the head, which serves; the "
-        "others join it headless (vLLM's --node-rank).",
+        "others join it headless (vLLM's --node-rank). deploy.yml gives each host its "
+        "place in pipeline_hosts.",
         DEPLOY,
         flag="--host-rank",
         low=0,
         high=4095,
         example="1",
+        role_default="{{ zenvllm_instances_pipeline_hosts.index(inventory_hostname) if "
+        "inventory_hostname in zenvllm_instances_pipeline_hosts else 0 }}",
     )
     head_address: str = option(
         "",
         "The pipeline head's address the other hosts join (vLLM's --master-addr); \"\" = "
-        "this host's address.",
+        "this host's address. deploy.yml gives the private address of the first of "
+        "pipeline_hosts.",
         DEPLOY,
         flag="--head-address",
         ip=True,
         example="10.0.0.11",
+        role_default="{{ (hostvars[zenvllm_instances_pipeline_hosts[0]].zenvllm_private_address "
+        "| default(hostvars[zenvllm_instances_pipeline_hosts[0]].ansible_host | "
+        "default(zenvllm_instances_pipeline_hosts[0]))) if zenvllm_instances_pipeline_hosts "
+        "| length > 1 else '' }}",
     )
     head_port: int = option(
         29500,
@@ -272,12 +297,12 @@ class Request:
     )
     pipeline_peers: tuple[str, ...] = option(
         (),
-        "The addresses the firewall admits to a pipeline head's store port (default: "
-        "every zenvllm host's private address when hosts > 1).",
+        "The addresses the firewall admits to a pipeline head's store port (default: the "
+        "private addresses of pipeline_hosts).",
         DEPLOY,
-        role_default="{{ ((groups['zenvllm'] | default([])) | map('extract', hostvars) "
+        role_default="{{ (zenvllm_instances_pipeline_hosts | map('extract', hostvars) "
         "| map(attribute='zenvllm_private_address', default='') | select | unique | list) "
-        "if zenvllm_instances_hosts | int > 1 else [] }}",
+        "if zenvllm_instances_pipeline_hosts | length > 1 else [] }}",
         role_only=True,
     )
     firewall_name: str = option(
