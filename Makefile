@@ -21,9 +21,12 @@ PYTEST  := mkdir -p $(CURDIR)/.cache && $(BIN)/pytest -p no:cacheprovider --base
 # `make test` inside CI's 90 on every CPU kind (docs/development.md has the recorded
 # times per kind); `make test` names a tier over its share at the end.
 TIERS   := fast=2 image=14 serve=10 ansible=34 bench=11 reliability=4
+# Beside the tiers from the end of the image tier, the bench tier's llama.cpp peer is
+# built while the serve and ansible tiers leave cores idle; the bench tier waits for it.
+BACKGROUND := prebuild:image:bench
 
 .PHONY: help venv venv-deploy planner package collection reference lint unit test test-fast fuzz engine base-image tiny-model image deploy undeploy \
-        model-given bench peer-image bench-images test-image test-serve test-ansible test-bench \
+        model-given bench peer-image bench-images test-image test-serve test-ansible test-prebuild test-bench \
         test-reliability clean
 
 help:
@@ -201,6 +204,10 @@ bench-images: venv engine base-image
 	$(BIN)/python scripts/bench_images.py --out out/images
 	mkdir -p docs/images && cp out/images/figures.json out/images/figures.md docs/images/
 
+# What the bench tier needs, built beside the serve and ansible tiers (tests/support/prebuild.py).
+test-prebuild: venv engine base-image
+	PYTHONPATH=tests $(BIN)/python tests/support/prebuild.py $(CURDIR)/.cache/prebuild-peer.log
+
 test-bench: venv planner engine
 	$(PYTEST) -q --durations=10 tests/bench
 
@@ -210,7 +217,7 @@ test-reliability: venv planner engine
 # Every tier, named and timed, then a summary; CI=true turns any missing prerequisite
 # into a failure, not a skip. Needs root; ~30 min and ~21 GiB of disk (docs/development.md).
 test:
-	@MAKE="$(MAKE)" scripts/test_tiers.sh $(TIERS)
+	@MAKE="$(MAKE)" BACKGROUND="$(BACKGROUND)" scripts/test_tiers.sh $(TIERS)
 
 clean:
 	rm -rf .cache out

@@ -11,13 +11,16 @@ REPO = Path(__file__).resolve().parents[2]
 RUNNER = REPO / "scripts" / "test_tiers.sh"
 
 
-def run(tmp_path: Path, *tiers: str, script: str) -> subprocess.CompletedProcess:
+def run(
+    tmp_path: Path, *tiers: str, script: str, background: str = ""
+) -> subprocess.CompletedProcess:
     make = tmp_path / "make"
     make.write_text(f'#!/bin/bash\ncase "$2" in\n{script}\nesac\n')
     make.chmod(0o755)
     return subprocess.run(
         ["bash", str(RUNNER), *tiers],
-        env={"MAKE": str(make), "PATH": "/usr/bin:/bin"},
+        cwd=tmp_path,
+        env={"MAKE": str(make), "PATH": "/usr/bin:/bin", "BACKGROUND": background},
         capture_output=True,
         text=True,
         timeout=60,
@@ -45,3 +48,26 @@ def test_a_failed_tier_fails_the_run_and_the_next_tier_still_runs(tmp_path):
     assert "==> tier after: passed" in done.stdout
     assert "over its share" not in done.stdout
     assert "make test: not passed: broken" in done.stdout
+
+
+def test_a_background_job_runs_beside_the_tiers_between_its_two(tmp_path):
+    """Started when its first tier ends, it overlaps the tier after (the job and that tier
+    each write when they start and end); the last tier waits for it; its failure is
+    shown and fails nothing."""
+    trace = tmp_path / "trace"
+    script = (
+        f"test-prep) echo prep-start >>{trace}; sleep 1; echo prep-end >>{trace}; exit 3;;\n"
+        f"test-*) echo $2 >>{trace};;"
+    )
+    done = run(tmp_path, "one", "two", "three", script=script, background="prep:one:three")
+    assert done.returncode == 0, done.stdout
+    steps = trace.read_text().split()
+    assert steps.index("test-one") < steps.index("prep-start") < steps.index("prep-end")
+    assert steps.index("test-two") < steps.index("prep-end") < steps.index("test-three")
+    assert "==> background prep: started" in done.stdout
+    assert "(log: .cache/background-prep.log)" in done.stdout
+    assert re.search(
+        r"^==> background prep: failed in 0m[12]s, waited for 0m[01]s$", done.stdout, re.M
+    )
+    assert done.stdout.index("background prep: failed") < done.stdout.index("tier three: started")
+    assert done.stdout.rstrip().endswith("make test: every tier passed")
