@@ -21,12 +21,14 @@ PYTEST  := mkdir -p $(CURDIR)/.cache && $(BIN)/pytest -p no:cacheprovider --base
 # `make test` inside CI's 90 on every CPU kind (docs/development.md has the recorded
 # times per kind); `make test` names a tier over its share at the end.
 TIERS   := fast=2 image=14 serve=10 ansible=34 bench=11 reliability=4
-# Beside the tiers from the end of the image tier, the bench tier's llama.cpp peer is
-# built while the serve and ansible tiers leave cores idle; the bench tier waits for it.
-BACKGROUND := prebuild:image:bench
+# Made beside the tiers from the end of the image tier, while the serve and ansible
+# tiers leave cores idle (tests/support/prebuild.py): the nspawn hosts' root and the
+# fleet's image archive, which the ansible tier waits for, and the llama.cpp peer,
+# which the bench tier waits for.
+BACKGROUND := prebuild-hosts:image:ansible prebuild-peer:image:bench
 
 .PHONY: help venv venv-deploy planner package collection reference lint unit test test-fast fuzz engine base-image tiny-model image deploy undeploy \
-        model-given bench peer-image bench-images test-image test-serve test-ansible test-prebuild test-bench \
+        model-given bench peer-image bench-images test-image test-serve test-ansible ansible-tools test-prebuild-hosts test-prebuild-peer test-bench \
         test-reliability clean
 
 help:
@@ -151,11 +153,13 @@ test-serve: venv engine base-image tiny-model
 
 # The nspawn hosts need systemd-nspawn and debootstrap; the model's delivery, rsync (the
 # controller's side) and nginx (the mirror it fetches from). All Debian packages.
-test-ansible: venv planner engine
+ansible-tools:
 	@command -v systemd-nspawn >/dev/null && command -v debootstrap >/dev/null && \
 	  command -v rsync >/dev/null && command -v nginx >/dev/null || \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	    --no-install-recommends systemd-container debootstrap rsync nginx >/dev/null; }
+
+test-ansible: venv planner engine ansible-tools
 	$(PYTEST) -q --durations=15 tests/ansible  # the slowest, for the time budget
 
 # The sweep: stock vLLM against every layout the planner considers, zen and pace against plain
@@ -204,9 +208,12 @@ bench-images: venv engine base-image
 	$(BIN)/python scripts/bench_images.py --out out/images
 	mkdir -p docs/images && cp out/images/figures.json out/images/figures.md docs/images/
 
-# What the bench tier needs, built beside the serve and ansible tiers (tests/support/prebuild.py).
-test-prebuild: venv engine base-image
-	PYTHONPATH=tests $(BIN)/python tests/support/prebuild.py $(CURDIR)/.cache/prebuild-peer.log
+# What the ansible and bench tiers need, made beside the tiers before them.
+test-prebuild-hosts: venv engine ansible-tools
+	PYTHONPATH=tests $(BIN)/python tests/support/prebuild.py hosts $(CURDIR)/.cache/prebuild-hosts.log
+
+test-prebuild-peer: venv engine base-image
+	PYTHONPATH=tests $(BIN)/python tests/support/prebuild.py peer $(CURDIR)/.cache/prebuild-peer.log
 
 test-bench: venv planner engine
 	$(PYTEST) -q --durations=10 tests/bench

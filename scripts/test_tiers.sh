@@ -5,10 +5,10 @@
 # shows every failure; Ctrl-C or SIGTERM stops the run and still prints the summary.
 # Each argument is TIER or TIER=MINUTES, its share of the time budget: a tier over its
 # share is named at the end (not a failure: CI's own limit is the guard that fails).
-# BACKGROUND=JOB:AFTER:BEFORE runs `make test-JOB` beside the tiers from the end of tier
-# AFTER, its output in .cache/background-JOB.log; tier BEFORE waits for it. It prepares
-# what a later tier would build anyway, so its failure fails nothing: that tier builds
-# it again and says why.
+# BACKGROUND="JOB:AFTER:BEFORE ..." runs each `make test-JOB` beside the tiers from the
+# end of tier AFTER, its output in .cache/background-JOB.log; tier BEFORE waits for it.
+# A job prepares what a later tier would make anyway, so its failure fails nothing:
+# that tier makes it again and says why.
 set -uo pipefail
 
 declare -A status seconds share
@@ -19,8 +19,12 @@ for arg in "$@"; do
     [[ $arg == *=* ]] && share[$tier]=$((${arg#*=} * 60))
 done
 make=${MAKE:-make}
-IFS=: read -r bg_job bg_after bg_before <<<"${BACKGROUND:-}"
-bg_pid='' bg_log=.cache/background-${bg_job}.log
+declare -A bg_after bg_before bg_pid bg_start
+bg_jobs=()
+for entry in ${BACKGROUND:-}; do
+    IFS=: read -r job after before <<<"$entry"
+    bg_jobs+=("$job") bg_after[$job]=$after bg_before[$job]=$before
+done
 
 mmss() { echo "$(($1 / 60))m$(($1 % 60))s"; }
 
@@ -47,33 +51,44 @@ summary() {
 }
 
 start_background() {
+    local job=$1 log=.cache/background-$1.log
     mkdir -p .cache
-    echo "==> background $bg_job: started $(date -u +%H:%M:%S) beside the next tiers (log: $bg_log)"
-    bg_start=$SECONDS
-    "$make" --no-print-directory "test-$bg_job" >"$bg_log" 2>&1 &
-    bg_pid=$!
+    echo "==> background $job: started $(date -u +%H:%M:%S) beside the next tiers (log: $log)"
+    bg_start[$job]=$SECONDS
+    "$make" --no-print-directory "test-$job" >"$log" 2>&1 &
+    bg_pid[$job]=$!
 }
 
 wait_background() {
-    local waited=$SECONDS result=passed
-    wait "$bg_pid" || result=failed
-    bg_pid=''
-    echo "==> background $bg_job: $result in $(mmss $((SECONDS - bg_start)))," \
+    local job=$1 waited=$SECONDS result=passed
+    wait "${bg_pid[$job]}" || result=failed
+    unset "bg_pid[$job]"
+    echo "==> background $job: $result in $(mmss $((SECONDS - bg_start[$job])))," \
         "waited for $(mmss $((SECONDS - waited)))"
-    [[ $result == passed ]] || tail -n 20 "$bg_log"
+    [[ $result == passed ]] || tail -n 20 ".cache/background-$job.log"
 }
 
-trap 'echo; echo "make test: interrupted"; [[ -n $bg_pid ]] && kill "$bg_pid"; summary; exit 130' INT TERM
+# Each job still running whose turn it is (`when` a tier's name, or "" for all of them).
+wait_for_jobs() {
+    for job in "${bg_jobs[@]}"; do
+        [[ -n ${bg_pid[$job]:-} && ( -z $1 || ${bg_before[$job]} == "$1" ) ]] && wait_background "$job"
+    done
+    return 0
+}
+
+trap 'echo; echo "make test: interrupted"; kill "${bg_pid[@]}" 2>/dev/null; summary; exit 130' INT TERM
 
 for tier in "${tiers[@]}"; do
-    [[ -n $bg_pid && $tier == "$bg_before" ]] && wait_background
+    wait_for_jobs "$tier"
     echo "==> tier $tier: started $(date -u +%H:%M:%S)"
     start=$SECONDS
     status[$tier]=interrupted
     if "$make" --no-print-directory "test-$tier"; then status[$tier]=passed; else status[$tier]=failed; fi
     seconds[$tier]=$((SECONDS - start))
     echo "==> tier $tier: ${status[$tier]} in $(mmss "${seconds[$tier]}")${share[$tier]:+ (share $(mmss "${share[$tier]}"))}"
-    [[ -n $bg_job && $tier == "$bg_after" ]] && start_background
+    for job in "${bg_jobs[@]}"; do
+        [[ ${bg_after[$job]} == "$tier" ]] && start_background "$job"
+    done
 done
-[[ -n $bg_pid ]] && wait_background
+wait_for_jobs ""
 summary

@@ -319,9 +319,7 @@ class Fleet:
 def save_image(work) -> str:
     if engine.docker("image", "inspect", IMAGE, check=False).returncode != 0:
         engine.build("vllm-openai", work / "build.log")
-    archive = work / "vllm-openai.tar"
-    engine.docker("save", "-o", str(archive), IMAGE, timeout=900)
-    return str(archive)
+    return str(engine.image_archive(IMAGE))
 
 
 def remove_here() -> None:

@@ -89,6 +89,24 @@ def image_id(tag: str) -> str:
     return docker("image", "inspect", "--format", "{{.Id}}", tag).stdout.strip()
 
 
+def image_archive(tag: str) -> Path:
+    """`docker save` of the image (about a minute for vllm-openai's 3 GB), kept in
+    $ZENVLLM_CACHE/archives by the image's ID, for the test hosts to load; an archive
+    of an older build of the same tag is replaced."""
+    short = image_id(tag).split(":")[-1][:12]
+    stem = tag.replace("/", "_").replace(":", "_")
+    cache = Path(engine_env()["ZENVLLM_CACHE"]) / "archives"
+    path = cache / f"{stem}-{short}.tar"
+    if not path.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        for old in cache.glob(f"{stem}-*.tar*"):
+            old.unlink()
+        part = path.with_suffix(".part")  # whole or not at all
+        docker("save", "-o", str(part), tag, timeout=900)
+        part.rename(path)
+    return path
+
+
 def image_config(tag: str) -> dict:
     return json.loads(docker("image", "inspect", tag).stdout)[0]["Config"]
 

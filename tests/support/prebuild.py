@@ -1,33 +1,41 @@
-"""Build what the bench tier needs while the serve and ansible tiers leave cores idle.
+"""Make what a later tier needs while earlier tiers leave cores idle.
 
-`make test` starts this after the image tier, in the background, and the bench tier
-waits for it (scripts/test_tiers.sh). What it builds is the bench tier's llama.cpp
-peer, compiled for this CPU: about 6 minutes of both cores on a fresh machine, a
-cache hit afterwards. The serve and ansible tiers spend much of their time waiting on
-vLLM starts, ssh round trips and health polls (vmstat on a 2-core Zen 4 during the
-ansible tier: about 45% of the CPU idle), so the build goes beside them, with the same
-arguments as the bench tier's own build (tests/support/engine.build), which then finds
-the image in its cache.
+`make test` starts these after the image tier, in the background (scripts/test_tiers.sh,
+the Makefile's BACKGROUND), and the tier that needs each waits for it:
 
-On zenvllm's own engine (scripts/engine.sh: never a host's) the build's steps run at
-idle priority among the engine's containers: BuildKit runs each RUN step in a cgroup
-under the engine's `buildkit` group, and `cpu.idle` on that group leaves its tasks
-only the cycles the tests' vLLM containers do not want. Undone after the build.
+- hosts, for the ansible tier: the nspawn hosts' Debian root and its cloud-image layer
+  (debootstrap and apt: mostly downloads) and the `docker save` archive of vllm-openai
+  the routed fleet's host loads;
+- peer, for the bench tier: the llama.cpp peer compiled for this CPU (about 6 minutes
+  of both cores on a fresh machine).
 
-    python tests/support/prebuild.py LOG
+Each is cached and a later make is a hit (the same functions and build arguments the
+tiers use). The serve and ansible tiers spend much of their time waiting on vLLM
+starts, ssh round trips and health polls (vmstat on a 2-core Zen 4 during the ansible
+tier: about 45% of the CPU idle), which is what these use. On zenvllm's own engine
+(scripts/engine.sh: never a host's) the peer's build steps run at idle priority among
+the engine's containers: BuildKit runs each RUN step in a cgroup under the engine's
+`buildkit` group, and `cpu.idle` on that group leaves them only the cycles the tests'
+vLLM containers do not want. Undone after the build.
+
+    python tests/support/prebuild.py hosts|peer LOG
 """
 
 from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from support.engine import build, engine_env
+from support import nspawn
+from support.engine import build, engine_env, image_archive
 
 from zenvllm.runtime.hostengine import PRIVATE_SOCKET
 
+# What the routed fleet's host loads (tests/ansible/test_routed_fleet.py).
+FLEET_IMAGE = "zenvllm/vllm-openai:0.32.0"
 # Where the private engine's BuildKit puts its build steps (cgroup v1's cpu controller,
 # or the unified tree).
 BUILDKIT_GROUPS = ("/sys/fs/cgroup/cpu/docker/buildkit", "/sys/fs/cgroup/docker/buildkit")
@@ -51,13 +59,26 @@ def idle_build_steps(docker_host: str) -> Iterator[str]:
         knob.write_text(before)
 
 
-def main(log: Path) -> int:
+def hosts(log: Path) -> str:
+    root, cloud = nspawn.ensure_rootfs(), nspawn.ensure_cloud_layer()
+    return f"{root}, {cloud}, {image_archive(FLEET_IMAGE)}"
+
+
+def peer(log: Path) -> str:
     with idle_build_steps(engine_env()["DOCKER_HOST"]) as how:
         print(f"prebuild: the llama.cpp peer, {how}", flush=True)
-        tag, seconds = build("llamacpp", log)
-    print(f"prebuild: {tag} in {seconds:.0f} s (log: {log})")
+        return build("llamacpp", log)[0]
+
+
+JOBS = {"hosts": hosts, "peer": peer}
+
+
+def main(job: str, log: Path) -> int:
+    start = time.monotonic()
+    made = JOBS[job](log)
+    print(f"prebuild {job}: {made} in {time.monotonic() - start:.0f} s")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1])))
+    sys.exit(main(sys.argv[1], Path(sys.argv[2])))

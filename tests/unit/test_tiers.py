@@ -51,23 +51,27 @@ def test_a_failed_tier_fails_the_run_and_the_next_tier_still_runs(tmp_path):
 
 
 def test_a_background_job_runs_beside_the_tiers_between_its_two(tmp_path):
-    """Started when its first tier ends, it overlaps the tier after (the job and that tier
-    each write when they start and end); the last tier waits for it; its failure is
-    shown and fails nothing."""
+    """Started when its first tier ends, a job overlaps the tiers after (the jobs and the
+    tiers each write when they start or end) until the tier it is for, which waits for
+    it; a failure is shown and fails nothing."""
     trace = tmp_path / "trace"
     script = (
-        f"test-prep) echo prep-start >>{trace}; sleep 1; echo prep-end >>{trace}; exit 3;;\n"
+        f"test-prep) echo prep-start >>{trace}; sleep 2; echo prep-end >>{trace}; exit 3;;\n"
+        f"test-early) sleep 1; echo early-end >>{trace};;\n"
         f"test-*) echo $2 >>{trace};;"
     )
-    done = run(tmp_path, "one", "two", "three", script=script, background="prep:one:three")
+    jobs = "prep:one:three early:one:two"
+    done = run(tmp_path, "one", "two", "three", script=script, background=jobs)
     assert done.returncode == 0, done.stdout
     steps = trace.read_text().split()
     assert steps.index("test-one") < steps.index("prep-start") < steps.index("prep-end")
     assert steps.index("test-two") < steps.index("prep-end") < steps.index("test-three")
+    assert steps.index("early-end") < steps.index("test-two")  # tier two waited for it
+    assert "==> background early: passed in" in done.stdout
     assert "==> background prep: started" in done.stdout
     assert "(log: .cache/background-prep.log)" in done.stdout
     assert re.search(
-        r"^==> background prep: failed in 0m[12]s, waited for 0m[01]s$", done.stdout, re.M
+        r"^==> background prep: failed in 0m[23]s, waited for 0m[01]s$", done.stdout, re.M
     )
     assert done.stdout.index("background prep: failed") < done.stdout.index("tier three: started")
     assert done.stdout.rstrip().endswith("make test: every tier passed")
