@@ -68,7 +68,7 @@ wait_background() {
     [[ $result == passed ]] || tail -n 20 ".cache/background-$job.log"
 }
 
-# Each job still running whose turn it is (`when` a tier's name, or "" for all of them).
+# Wait for each job still running that tier $1 waits for ("": every job still running).
 wait_for_jobs() {
     for job in "${bg_jobs[@]}"; do
         [[ -n ${bg_pid[$job]:-} && ( -z $1 || ${bg_before[$job]} == "$1" ) ]] && wait_background "$job"
