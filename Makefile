@@ -169,8 +169,8 @@ test-ansible: venv planner engine ansible-tools
 # Qwen2.5-1.5B's shapes, random weights), each to $(BENCH_OUT)/<shape>: about 30 and
 # 40 min on 2 cores (vllm-tp and vllm-pp took about 5 min each on the 0.5 B shape on a
 # 2-core Zen 4), then the 0.5 B shape's bf16, INT8 and INT4 weights (qwen0.5b-quant,
-# stock and auto only). A 0.5 B decode step reads 1 GB, so the workload is 128 in / 128 out at concurrency 16, three
-# waves of prompts (one for 1.5 B) after one of warm-up, two repeats.
+# stock and auto only). A 0.5 B decode step reads 1 GB, so the workload is 128 in /
+# 128 out at concurrency 16, three waves of prompts (one for 1.5 B) after one of warm-up, two repeats.
 # MODEL=DIR measures one model of yours instead, to $(BENCH_OUT), with the default
 # workload and deploy.yml's gateway too (BENCH_ARGS="--gateway deploy" adds it here).
 BENCH_OUT ?= out/bench
