@@ -99,7 +99,7 @@ def image_archive(tag: str) -> Path:
     path = cache / f"{stem}-{short}.tar"
     if not path.exists():
         cache.mkdir(parents=True, exist_ok=True)
-        for old in cache.glob(f"{stem}-*.tar*"):
+        for old in cache.glob(f"{stem}-*"):  # older builds' archives, a cut save's part
             old.unlink()
         part = path.with_suffix(".part")  # whole or not at all
         docker("save", "-o", str(part), tag, timeout=900)
