@@ -13,6 +13,8 @@ import os
 import socket
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 import urllib.request
 import uuid
@@ -89,21 +91,42 @@ def image_id(tag: str) -> str:
     return docker("image", "inspect", "--format", "{{.Id}}", tag).stdout.strip()
 
 
+def saved_archive_of(path: Path, tag: str) -> bool:
+    """Whether `path` is a whole `docker save` archive of `tag` (its manifest names the
+    tag): what image_archive writes, and all it ever replaces."""
+    try:
+        with tarfile.open(path) as tar:
+            member = tar.extractfile("manifest.json")
+            manifest = json.load(member) if member else []
+    except (OSError, tarfile.TarError, KeyError, ValueError):
+        return False
+    return any(tag in (entry.get("RepoTags") or []) for entry in manifest)
+
+
 def image_archive(tag: str) -> Path:
     """`docker save` of the image (about a minute for vllm-openai's 3 GB), kept in
     $ZENVLLM_CACHE/archives by the image's ID, for the test hosts to load; an archive
-    of an older build of the same tag is replaced."""
+    of an older build of the same tag is replaced. A file there that is not such an
+    archive is never read as one nor removed."""
     short = image_id(tag).split(":")[-1][:12]
     stem = tag.replace("/", "_").replace(":", "_")
     cache = Path(engine_env()["ZENVLLM_CACHE"]) / "archives"
     path = cache / f"{stem}-{short}.tar"
-    if not path.exists():
-        cache.mkdir(parents=True, exist_ok=True)
-        for old in cache.glob(f"{stem}-*"):  # older builds' archives, a cut save's part
+    if path.exists():
+        assert saved_archive_of(path, tag), f"{path} is not a docker save archive of {tag}"
+        return path
+    cache.mkdir(parents=True, exist_ok=True)
+    for old in cache.glob(f"{stem}-*.tar"):
+        if saved_archive_of(old, tag):  # an older build's, by its manifest
             old.unlink()
-        part = path.with_suffix(".part")  # whole or not at all
+    handle, name = tempfile.mkstemp(dir=cache, prefix=f".{stem}-", suffix=".part")
+    os.close(handle)
+    part = Path(name)  # this run's own file: whole at `path`, or gone
+    try:
         docker("save", "-o", str(part), tag, timeout=900)
         part.rename(path)
+    finally:
+        part.unlink(missing_ok=True)
     return path
 
 
