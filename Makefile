@@ -159,8 +159,10 @@ ansible-tools:
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	    --no-install-recommends systemd-container debootstrap rsync nginx >/dev/null; }
 
+# Two workers by xdist group (tests/conftest.py): the modules on the nspawn bridge one
+# after another in one, this machine's own deployments, renders and lint in the other.
 test-ansible: venv planner engine ansible-tools
-	$(PYTEST) -q --durations=15 tests/ansible  # the slowest, for the time budget
+	$(PYTEST) -q -n 2 --dist loadgroup --durations=15 tests/ansible  # the slowest, for the time budget
 
 # The sweep: stock vLLM against every layout the planner considers, zen and pace against plain
 # and the peers (vLLM's data, tensor and pipeline parallel, llama.cpp's server on bf16

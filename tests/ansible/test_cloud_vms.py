@@ -38,8 +38,8 @@ import yaml
 from conftest import REPO, require_tool
 from support.ansible_run import BIN, Run, env, finished, planner_zipapp, playbook, start_playbook
 from support.nspawn import (
+    CLOUD_VMS,
     SSH_OPTIONS,
-    SUBNET,
     FirstBoot,
     Machine,
     ensure_cloud_layer,
@@ -117,7 +117,7 @@ def vms(tmp_path_factory):
         },
     )
     started = time.monotonic()
-    with fleet(["cloud-new", "cloud-kept"], work, first_boot=first_boot) as machines:
+    with fleet(["cloud-new", "cloud-kept"], work, CLOUD_VMS, first_boot=first_boot) as machines:
         statuses = {m.name: first_boot_done(m) for m in machines}
         yield {m.name: m for m in machines}, statuses, time.monotonic() - started, work
 
@@ -239,12 +239,12 @@ class Nginx:
         self.work, self.root = work, root
         self.proc: subprocess.Popen | None = None
         # The Hugging Face layout HF_ENDPOINT mirrors serve: <org>/<model>/resolve/<revision>.
-        self.url = f"http://{SUBNET}.1:{MIRROR_PORT}/{HF_PATH}"
+        self.url = f"http://{CLOUD_VMS.here}:{MIRROR_PORT}/{HF_PATH}"
 
     def start(self, rate: str = "0") -> None:
         self.stop()
         with socket.socket() as probe:  # a mirror left by another run must not answer
-            assert probe.connect_ex((f"{SUBNET}.1", MIRROR_PORT)) != 0, f"{MIRROR_PORT} is taken"
+            assert probe.connect_ex((CLOUD_VMS.here, MIRROR_PORT)) != 0, f"{MIRROR_PORT} is taken"
         conf = self.work / "nginx.conf"
         temp = " ".join(
             f"{kind}_temp_path {self.work}/{kind};"
@@ -260,7 +260,7 @@ http {{
   log_format zv '$uri $status "$http_range" $body_bytes_sent';
   access_log {self.work}/access.log zv;
   {temp}
-  server {{ listen {SUBNET}.1:{MIRROR_PORT}; root {self.root}; limit_rate {rate}; }}
+  server {{ listen {CLOUD_VMS.here}:{MIRROR_PORT}; root {self.root}; limit_rate {rate}; }}
 }}
 """
         )

@@ -141,7 +141,7 @@ def hosts(tmp_path_factory):
     work = tmp_path_factory.mktemp("nspawn")
     archive = standin_archive(work)
     planner = planner_zipapp(work)
-    with nspawn.fleet([*NAMES, DOCKER_CE], work) as machines:
+    with nspawn.fleet([*NAMES, DOCKER_CE], work, nspawn.NSPAWN_HOSTS) as machines:
         inventory = work / "inventory.yml"
         access = {
             "ansible_user": "root",
@@ -492,7 +492,7 @@ def test_the_collection_deploys_from_the_operators_own_playbook(hosts, tmp_path)
 
     host = infra(inventory, FRESH)
     host.run_expect([0], f"docker rmi {STANDIN}")  # so the pull below brings every layer
-    with registry.running(tmp_path, hosts=(f"{nspawn.SUBNET}.1",)) as reg:
+    with registry.running(tmp_path, hosts=(nspawn.NSPAWN_HOSTS.here,)) as reg:
         image = f"{reg.address}/zenvllm/standin:test"
         pusher = tmp_path / "docker-config"
         reg.login(pusher)

@@ -3,8 +3,8 @@ gateway in front of it) before real vLLM instances on two hosts, a systemd-nspaw
 machine and this machine, and Prometheus beside them.
 
     fleet-a (nspawn, systemd)            this machine (the engine's restart policy)
-      gateway :8443 -> router :30000 ---> vLLM 10.231.7.1:18301
-                          \\-----------> vLLM 10.231.7.11:18301 (nftables: router only)
+      gateway :8443 -> router :30000 ---> vLLM 10.231.6.1:18301
+                          \\-----------> vLLM 10.231.6.11:18301 (nftables: router only)
       Prometheus :9090, node exporter
 
 The instances listen on their host's bridge address; the only way in is the
@@ -340,19 +340,21 @@ def fleet(tmp_path_factory):
     require_tool("systemd-nspawn")
     require_tool("debootstrap")
     require(engine.engine_ready(), "no container engine answers on DOCKER_HOST (make engine)")
-    from support.nspawn import SUBNET
+    from support.nspawn import ROUTED_FLEET
     from support.nspawn import fleet as nspawn_fleet
 
     work = tmp_path_factory.mktemp("fleet")
     archive = save_image(work)
     planner = planner_zipapp(work)
-    here = f"{SUBNET}.1"
+    here = ROUTED_FLEET.here
     cpus = sorted(os.sched_getaffinity(0))
     require(len(cpus) >= 2, f"two hosts need a CPU each; this machine gives {len(cpus)}")
     half = len(cpus) // 2
     router_cpus, here_cpus = (",".join(map(str, part)) for part in (cpus[:half], cpus[half:]))
     remove_here()
-    with nspawn_fleet([ROUTER_HOST], work, cpus={ROUTER_HOST: router_cpus}) as machines:
+    with nspawn_fleet(
+        [ROUTER_HOST], work, ROUTED_FLEET, cpus={ROUTER_HOST: router_cpus}
+    ) as machines:
         machine = machines[0]
         webhook = Webhook(here)  # on the bridge, which exists from here on
         inventory = work / "inventory.yml"

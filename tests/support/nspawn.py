@@ -1,7 +1,7 @@
 """Real test hosts with systemd as PID 1: systemd-nspawn machines on a private bridge.
 
     rootfs = ensure_rootfs()                    # debootstrap, cached in $ZENVLLM_CACHE
-    with fleet(["nspawn-a", "nspawn-b"], workdir) as hosts:
+    with fleet(["nspawn-a", "nspawn-b"], workdir, NSPAWN_HOSTS) as hosts:
         ... ssh root@host.address with hosts[0].key ...
 
 One cached Debian rootfs (openssh-server, python3, systemd, dbus, iproute2)
@@ -27,6 +27,7 @@ on the host's overlay root.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
@@ -65,8 +66,29 @@ REPO_PACKAGES = (
     "rsync",
 )
 RECIPE = 2  # bump when the rootfs recipe changes
-BRIDGE = "zvnsbr0"
-SUBNET = "10.231.7"  # private, only these hosts use it
+
+
+@dataclass(frozen=True)
+class Network:
+    """A private bridge of its own for one test module's machines, so modules on
+    different networks run side by side (make test-ansible's two workers)."""
+
+    bridge: str
+    subnet: str  # the first three octets of a /24 only these machines use
+
+    @property
+    def here(self) -> str:
+        """This machine's address on the bridge."""
+        return f"{self.subnet}.1"
+
+    def address(self, index: int) -> str:
+        return f"{self.subnet}.{11 + index}"
+
+
+NSPAWN_HOSTS = Network("zvnsbr0", "10.231.7")  # tests/ansible/test_nspawn.py
+CLOUD_VMS = Network("zvnsbr1", "10.231.8")  # tests/ansible/test_cloud_vms.py
+ROUTED_FLEET = Network("zvnsbr2", "10.231.6")  # tests/ansible/test_routed_fleet.py
+NETWORKS = (NSPAWN_HOSTS, CLOUD_VMS, ROUTED_FLEET)
 NSPAWN_FLAGS = (
     "--register=no",
     "--keep-unit",
@@ -151,8 +173,23 @@ def build_rootfs(dest: Path) -> None:
     tmp.rename(dest)
 
 
+@contextlib.contextmanager
+def cache_lock() -> Iterator[None]:
+    """One builder of the cached trees at a time (the ansible tier's workers, the
+    background prebuild): each waits, then finds the other's tree made."""
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    with (cache_dir() / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def ensure_rootfs() -> Path:
     """The cached rootfs (built in about 2 minutes on first use)."""
+    with cache_lock():
+        return rootfs()
+
+
+def rootfs() -> Path:
     dest = cache_dir() / f"rootfs-{SUITE}-{rootfs_key()}"
     if not dest.is_dir():
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -180,7 +217,11 @@ locale: C.UTF-8
 def ensure_cloud_layer() -> Path:
     """An overlay layer over the rootfs with Debian's cloud-init installed, as in a cloud
     image: booted with a NoCloud seed, the machine's first boot runs the user data."""
-    lower = ensure_rootfs()
+    with cache_lock():
+        return cloud_layer(rootfs())
+
+
+def cloud_layer(lower: Path) -> Path:
     key = hashlib.sha256(repr((lower.name, CLOUD_IMAGE_PACKAGES, CLOUD_IMAGE_CFG)).encode())
     dest = cache_dir() / f"cloud-{key.hexdigest()[:12]}"
     if dest.is_dir():
@@ -216,6 +257,7 @@ class Machine:
     cpus: str = ""
     flags: tuple = ()  # more systemd-nspawn options (a device bound in)
     user: str = "root"  # who logs in with key (a cloud VM: its image's default user, sudo)
+    network: Network = NSPAWN_HOSTS
 
 
 def wait_ssh(address: str, timeout: float = 60) -> None:
@@ -262,7 +304,13 @@ def prepare_overlay(
 
 
 def boot(
-    name: str, root: Path, docker_dir: Path, log: Path, cpus: str = "", flags: tuple = ()
+    name: str,
+    root: Path,
+    docker_dir: Path,
+    log: Path,
+    network: Network,
+    cpus: str = "",
+    flags: tuple = (),
 ) -> int:
     env = {**os.environ, "SYSTEMD_NSPAWN_UNIFIED_HIERARCHY": "1"}
     with log.open("a") as out:
@@ -274,7 +322,7 @@ def boot(
                 "-M",
                 name,
                 *NSPAWN_FLAGS,
-                f"--network-bridge={BRIDGE}",
+                f"--network-bridge={network.bridge}",
                 f"--bind={docker_dir}:/var/lib/docker",
                 *([f"--cpu-affinity={cpus}"] if cpus else []),
                 *flags,
@@ -342,6 +390,7 @@ def reboot(machine: Machine, timeout: float = 120) -> float:
         machine.root,
         machine.root.parent / "docker",
         work / f"{machine.name}.log",
+        machine.network,
         machine.cpus,
         machine.flags,
     )
@@ -349,27 +398,33 @@ def reboot(machine: Machine, timeout: float = 120) -> float:
     return time.monotonic() - start
 
 
-def bridge_up() -> None:
-    subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)
-    run("ip", "link", "add", BRIDGE, "type", "bridge")
-    run("ip", "addr", "add", f"{SUBNET}.1/24", "dev", BRIDGE)
-    run("ip", "link", "set", BRIDGE, "up")
+def bridge_up(network: Network) -> None:
+    subprocess.run(["ip", "link", "del", network.bridge], capture_output=True, check=False)
+    run("ip", "link", "add", network.bridge, "type", "bridge")
+    run("ip", "addr", "add", f"{network.here}/24", "dev", network.bridge)
+    run("ip", "link", "set", network.bridge, "up")
 
 
-def stop(machine: Machine) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(machine.pid, signal.SIGTERM)  # nspawn asks the machine's systemd to power off
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            os.kill(machine.pid, 0)
-        except ProcessLookupError:
-            break
+def stop(machines: list[Machine], grace: float = 30) -> None:
+    """Power the machines off together (nspawn asks each one's systemd on SIGTERM) and
+    kill what still runs after `grace` seconds. Their exit is read with waitpid: they are
+    our children, and a kill(pid, 0) answers for a zombie too (each stop then waited its
+    full 30 s, one machine after another)."""
+    for machine in machines:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(machine.pid, signal.SIGTERM)
+    running = list(machines)
+    deadline = time.monotonic() + grace
+    while running and time.monotonic() < deadline:
+        running = [m for m in running if exit_status(m.pid) is None]
         time.sleep(0.3)
-    else:
+    for machine in running:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(machine.pid, signal.SIGKILL)
-    subprocess.run(["umount", "--lazy", str(machine.root)], capture_output=True, check=False)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(machine.pid, 0)
+    for machine in machines:
+        subprocess.run(["umount", "--lazy", str(machine.root)], capture_output=True, check=False)
 
 
 @dataclass(frozen=True)
@@ -401,10 +456,11 @@ def attach(image: Path) -> str:
 def fleet(
     names: list[str],
     work: Path,
+    network: Network,
     cpus: dict[str, str] | None = None,
     first_boot: FirstBoot | None = None,
 ) -> Iterator[list[Machine]]:
-    """Boot one machine per name on a private bridge; tear everything down after.
+    """Boot one machine per name on the network's bridge; tear everything down after.
 
     cpus gives a machine its own CPUs (a CPU list, e.g. "0"), as a real host has:
     everything in it, the planner included, sees only those. first_boot makes them
@@ -419,10 +475,10 @@ def fleet(
     pubkey = key.with_suffix(".pub").read_text()
     machines: list[Machine] = []
     loops: list[str] = []
-    bridge_up()
+    bridge_up(network)
     try:
         for index, name in enumerate(names):
-            address = f"{SUBNET}.{11 + index}"
+            address = network.address(index)
             own_cpus = (cpus or {}).get(name, "")
             flags: tuple = ()
             if first_boot:
@@ -435,17 +491,16 @@ def fleet(
             else:
                 root = prepare_overlay(name, address, lower, work, pubkey)
             log = work / f"{name}.log"
-            pid = boot(name, root, work / name / "docker", log, own_cpus, flags)
+            pid = boot(name, root, work / name / "docker", log, network, own_cpus, flags)
             user = first_boot.user if first_boot else "root"
-            machines.append(Machine(name, address, root, key, pid, own_cpus, flags, user))
+            machines.append(Machine(name, address, root, key, pid, own_cpus, flags, user, network))
         for machine in machines:
             wait_ssh(machine.address)
         yield machines
     finally:
-        for machine in machines:
-            stop(machine)
+        stop(machines)
         for loop in loops:
             subprocess.run(["losetup", "--detach", loop], capture_output=True, check=False)
-        subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)
+        subprocess.run(["ip", "link", "del", network.bridge], capture_output=True, check=False)
         for name in names:
             shutil.rmtree(work / name, ignore_errors=True)

@@ -252,8 +252,8 @@ def running(
         check=True,
         capture_output=True,
     )
-    # Loopback only unless other hosts (a bridge's address) must reach it.
-    bind = "127.0.0.1" if tuple(hosts) == ("127.0.0.1",) else "0.0.0.0"
+    # On the one address its clients reach (loopback, or a bridge's), else on all.
+    bind = hosts[0] if len(hosts) == 1 else "0.0.0.0"
     port = free_port(bind)
     storage = root / "storage"
     config = root / "config.yml"
