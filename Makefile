@@ -159,8 +159,7 @@ ansible-tools:
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	    --no-install-recommends systemd-container debootstrap rsync nginx >/dev/null; }
 
-# Two workers by xdist group (tests/conftest.py): the modules on the nspawn bridge one
-# after another in one, this machine's own deployments, renders and lint in the other.
+# Two workers; each module runs whole in the one ANSIBLE_WORKERS (tests/conftest.py) names.
 test-ansible: venv planner engine ansible-tools
 	$(PYTEST) -q -n 2 --dist loadgroup --durations=15 tests/ansible  # the slowest, for the time budget
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -254,10 +255,10 @@ class Machine:
     root: Path
     key: Path
     pid: int  # systemd-nspawn's; a reboot gives a new one
+    network: Network
     cpus: str = ""
     flags: tuple = ()  # more systemd-nspawn options (a device bound in)
     user: str = "root"  # who logs in with key (a cloud VM: its image's default user, sudo)
-    network: Network = NSPAWN_HOSTS
 
 
 def wait_ssh(address: str, timeout: float = 60) -> None:
@@ -398,8 +399,34 @@ def reboot(machine: Machine, timeout: float = 120) -> float:
     return time.monotonic() - start
 
 
+def left_by_a_test(shown: list[dict], network: Network) -> bool:
+    """Whether the link `ip -j -d addr show dev BRIDGE` describes is one a test run left
+    (killed before its teardown): a bridge whose only IPv4 address is the network's own."""
+    return len(shown) == 1 and (
+        shown[0].get("linkinfo", {}).get("info_kind") == "bridge"
+        and [
+            (a.get("local"), a.get("prefixlen"))
+            for a in shown[0].get("addr_info", [])
+            if a.get("family") == "inet"
+        ]
+        == [(network.here, 24)]
+    )
+
+
 def bridge_up(network: Network) -> None:
-    subprocess.run(["ip", "link", "del", network.bridge], capture_output=True, check=False)
+    """The network's bridge, made anew; a link of its name is removed only when it is
+    one a test run left, else refused untouched."""
+    shown = subprocess.run(
+        ["ip", "-j", "-d", "addr", "show", "dev", network.bridge], capture_output=True, text=True
+    )
+    if shown.returncode == 0:  # a link of that name exists
+        if not left_by_a_test(json.loads(shown.stdout), network):
+            raise RuntimeError(
+                f"{network.bridge} exists and is not a bridge holding only {network.here}/24, "
+                "as a test run leaves one: left untouched; remove it, or give the tests "
+                "another network in NETWORKS (tests/support/nspawn.py)"
+            )
+        run("ip", "link", "del", network.bridge)
     run("ip", "link", "add", network.bridge, "type", "bridge")
     run("ip", "addr", "add", f"{network.here}/24", "dev", network.bridge)
     run("ip", "link", "set", network.bridge, "up")
@@ -493,7 +520,7 @@ def fleet(
             log = work / f"{name}.log"
             pid = boot(name, root, work / name / "docker", log, network, own_cpus, flags)
             user = first_boot.user if first_boot else "root"
-            machines.append(Machine(name, address, root, key, pid, own_cpus, flags, user, network))
+            machines.append(Machine(name, address, root, key, pid, network, own_cpus, flags, user))
         for machine in machines:
             wait_ssh(machine.address)
         yield machines

@@ -1,0 +1,52 @@
+"""The nspawn test networks' bridges: a link of a bridge's name is removed only when a
+test run left it (a bridge holding only the network's own address), never another one."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+from conftest import require, require_tool
+from support import nspawn
+
+NET = nspawn.Network("zvnsbrt", "10.231.99")
+
+
+def shown(kind: str, *inet: tuple[str, int]) -> list[dict]:
+    """`ip -j -d addr show dev zvnsbrt` as iproute2 prints it."""
+    addresses = [{"family": "inet", "local": a, "prefixlen": n} for a, n in inet]
+    addresses.append({"family": "inet6", "local": "fe80::1", "prefixlen": 64})
+    return [{"ifname": NET.bridge, "linkinfo": {"info_kind": kind}, "addr_info": addresses}]
+
+
+def test_only_a_bridge_holding_only_the_networks_address_is_a_tests():
+    assert nspawn.left_by_a_test(shown("bridge", ("10.231.99.1", 24)), NET)
+    assert not nspawn.left_by_a_test(shown("bridge"), NET)  # no address: not as we leave it
+    assert not nspawn.left_by_a_test(shown("bridge", ("10.231.99.1", 16)), NET)
+    assert not nspawn.left_by_a_test(shown("bridge", ("10.231.99.1", 24), ("192.0.2.1", 24)), NET)
+    assert not nspawn.left_by_a_test(shown("veth", ("10.231.99.1", 24)), NET)
+    assert not nspawn.left_by_a_test([], NET)
+
+
+def ip(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, check=True)
+
+
+def test_a_bridge_of_the_name_that_is_not_a_tests_is_refused_untouched():
+    require_tool("ip")
+    require(os.geteuid() == 0, "a bridge needs root")
+    ip("link", "add", NET.bridge, "type", "bridge")
+    try:
+        ip("addr", "add", "192.0.2.1/24", "dev", NET.bridge)  # someone else's address
+        with pytest.raises(RuntimeError, match="zvnsbrt exists and is not a bridge"):
+            nspawn.bridge_up(NET)
+        after = json.loads(ip("-j", "addr", "show", "dev", NET.bridge).stdout)
+        assert [a["local"] for a in after[0]["addr_info"] if a["family"] == "inet"] == ["192.0.2.1"]
+        ip("addr", "flush", "dev", NET.bridge)
+        ip("addr", "add", "10.231.99.1/24", "dev", NET.bridge)  # as a killed run leaves it
+        nspawn.bridge_up(NET)  # replaced
+        assert "10.231.99.1" in ip("-j", "addr", "show", "dev", NET.bridge).stdout
+    finally:
+        subprocess.run(["ip", "link", "del", NET.bridge], capture_output=True)
