@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import ssl
 import stat
@@ -305,9 +306,12 @@ class SteadyLoad(Background):
 
     join_s = 600.0  # the batch in flight finishes
 
-    def __init__(self, url: str, cafile: str, batch: int = 40, limit: int = 2000) -> None:
+    def __init__(
+        self, url: str, cafile: str, batch: int = 40, limit: int = 2000, **load: object
+    ) -> None:
         super().__init__()
         self.url, self.cafile, self.batch, self.limit = url, cafile, batch, limit
+        self.load = {"concurrency": 8, **load}  # run_load's own options
         self.total = LoadResult()
 
     def _run(self) -> None:
@@ -315,7 +319,7 @@ class SteadyLoad(Background):
             if self.stop.is_set():
                 break
             self.total.add(
-                run_load(self.url, MODEL, self.batch, 8, headers=AUTH, cafile=self.cafile)
+                run_load(self.url, MODEL, self.batch, headers=AUTH, cafile=self.cafile, **self.load)
             )
 
 
@@ -353,10 +357,15 @@ def test_rolling_update_under_load_fails_no_request(deployed):
     docker("tag", IMAGE, tag)
     ports = fleet.ports()
     try:
-        with HealthWatch(ports) as watch, SteadyLoad(fleet.gateway, fleet.ca) as load:
+        # Short completions, and long streams whose replies are under way when an
+        # instance is replaced: only a drained instance lets them finish.
+        streams = SteadyLoad(
+            fleet.gateway, fleet.ca, batch=4, concurrency=2, max_tokens=192, stream=True
+        )
+        with HealthWatch(ports) as watch, SteadyLoad(fleet.gateway, fleet.ca) as load, streams:
             time.sleep(2)
             done = fleet.playbook("-v", zenvllm_image=tag)
-            covered = load.thread.is_alive()  # the load outlasted the rollout
+            covered = load.thread.is_alive() and streams.thread.is_alive()
         outputs.append(done.stdout)
         assert done.returncode == 0, done.stdout[-6000:]
     finally:
@@ -367,10 +376,12 @@ def test_rolling_update_under_load_fails_no_request(deployed):
         1 for _, up in watch.samples if not any(up.values())
     )  # samples when no instance answered
     downs = {p: [round(b - a, 1) for a, b in s] for p, s in spans.items()}
-    print(f"\nrolling update under load: {result.summary()}; seconds down per port {downs}; "
-          f"samples with both down: {both_down} of {len(watch.samples)}")  # fmt: skip
+    print(f"\nrolling update under load: {result.summary()}; streams: {streams.total.summary()}; "
+          f"seconds down per port {downs}; samples with both down: {both_down} of "
+          f"{len(watch.samples)}")  # fmt: skip
     assert covered, "the load ended before the rollout did"
     assert result.sent >= 40 and result.failed == 0, result.summary()
+    assert streams.total.sent >= 4 and streams.total.failed == 0, streams.total.summary()
     assert both_down == 0
     # Each instance restarted once, the second only after the first was healthy again.
     assert all(len(s) == 1 for s in spans.values()), spans
@@ -383,3 +394,22 @@ def test_rolling_update_under_load_fails_no_request(deployed):
     replace = [out.index(f"Replace the container of {n}") for n in (first, second)]
     waited = out.index(f"Wait for /health of {first}", replace[0])
     assert replace[0] < waited < replace[1]  # health-gated before the next one
+    # Each was taken out of the gateway's rotation, drained, replaced and put back, in
+    # that order: the site's server line edited twice, the wait run, not skipped.
+    for name, port in zip((first, second), ports, strict=True):
+        edits = task_runs(out, f"Mark the server in or out of rotation (down), 127.0.0.1:{port}")
+        assert [text.count("1 replacements made") for _, text in edits] == [1, 1], edits
+        # Run when it goes out; skipped when it comes back in.
+        waits = task_runs(out, f"Wait for the requests in flight to finish on {name}")
+        assert ["ok: [" in text and "skipping" not in text for _, text in waits] == [1, 0]
+        waited = waits[0][0]
+        replaced = out.index(f"Replace the container of {name}")
+        assert edits[0][0] < waited < replaced < edits[1][0]
+    assert " down;" not in fleet.site.read_text(), "an instance was left out of rotation"
+
+
+def task_runs(out: str, task: str) -> list[tuple[int, str]]:
+    """Where each run of the task whose banner names `task` starts in ansible-playbook's
+    output, and what it printed under its banner."""
+    starts = [m.start() for m in re.finditer(re.escape(task), out)]
+    return [(at, out[at:].split("]", 1)[1].split("TASK [", 1)[0]) for at in starts]

@@ -43,26 +43,46 @@ class LoadResult:
 
 
 def complete(
-    url: str, model: str, max_tokens: int, timeout: float, headers: dict, cafile: str | None
+    url: str,
+    model: str,
+    max_tokens: int,
+    timeout: float,
+    headers: dict,
+    cafile: str | None,
+    stream: bool = False,
 ) -> None:
-    body = json.dumps(
-        {
-            "model": model,
-            "prompt": "The quick brown fox",
-            "max_tokens": max_tokens,
-            "temperature": 0,
-        }
-    ).encode()
+    """One completion; a streamed one must run its whole length and end with [DONE]."""
+    body = {"model": model, "prompt": "The quick brown fox", "max_tokens": max_tokens}
+    body |= {"temperature": 0, "stream": stream, "ignore_eos": stream}
     request = urllib.request.Request(
         f"{url}/v1/completions",
-        data=body,
+        data=json.dumps(body).encode(),
         headers={"Content-Type": "application/json", **headers},
     )
     context = ssl.create_default_context(cafile=cafile) if url.startswith("https") else None
     with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
+        if stream:
+            return _whole_stream(response, max_tokens)
         reply = json.load(response)
     if reply["usage"]["completion_tokens"] < 1:
         raise ValueError("empty completion")
+
+
+def _whole_stream(response, max_tokens: int) -> None:
+    """Read server-sent events to the end: a stream cut short raises (IncompleteRead, or
+    ValueError when the connection closed cleanly before [DONE])."""
+    chunks, finish = 0, None
+    for line in response:
+        data = line.decode().strip().removeprefix("data: ")
+        if data == "[DONE]":
+            if chunks < 1 or finish != "length":
+                raise ValueError(f"stream of {chunks} chunks finished with {finish!r}")
+            return
+        if data:
+            choice = json.loads(data)["choices"][0]
+            chunks += 1
+            finish = choice.get("finish_reason") or finish
+    raise ValueError(f"stream cut after {chunks} chunks of up to {max_tokens} tokens")
 
 
 def run_load(
@@ -77,6 +97,7 @@ def run_load(
     cafile: str | None = None,  # the CA of an https gateway
     stop: threading.Event | None = None,  # set: the requests not yet sent are not sent
     pause: float = 0.0,  # seconds each client waits after a request (a lighter load)
+    stream: bool = False,  # streamed completions, each max_tokens long (ignore_eos)
 ) -> LoadResult:
     """Send `requests` completions, `concurrency` at a time; count what fails and why."""
     result = LoadResult()
@@ -87,7 +108,7 @@ def run_load(
         if stop is not None and stop.is_set():
             return
         try:
-            complete(url, model, max_tokens, timeout, headers or {}, cafile)
+            complete(url, model, max_tokens, timeout, headers or {}, cafile, stream)
             outcome = None
         except urllib.error.HTTPError as err:
             outcome = f"HTTP {err.code}"

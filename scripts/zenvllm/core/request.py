@@ -499,6 +499,13 @@ class Request:
         role_only=True,
     )
     health_delay: int = option(5, "Seconds between /health polls.", ROLLOUT, role_only=True)
+    drain_timeout: int = option(
+        600,
+        "Seconds an instance out of the gateway's rotation has to finish its requests "
+        "before a rolling update replaces it (the gateway's read timeout).",
+        ROLLOUT,
+        role_only=True,
+    )
     prune: bool = option(
         True,
         "Remove instances (units, containers, env files) the plan no longer has.",
