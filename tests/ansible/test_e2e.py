@@ -28,6 +28,7 @@ from support.ansible_run import env as ansible_env
 from support.nspawn import NETWORKS
 from support.tiny_model import ensure_tiny_model
 
+from zenvllm.core.topology import read_host
 from zenvllm.image import playbooks
 from zenvllm.runtime.health import healthy
 
@@ -227,8 +228,12 @@ def test_an_instance_moved_to_other_cpus_is_reported_drifted_and_alerted(deploym
             done = host_status(base, "--no-backend")
             assert done.returncode == 1, done.stdout + done.stderr
             lines = done.stdout.splitlines()
-            assert lines[1].split()[1:6] == [NAMES[0], "0", "0", "-", "ok"]
-            assert lines[2].split()[1:6] == [NAMES[1], "0-1", "0", "-", "drifted"]
+            # The host's CPU first, named as its plan names it (generation and ISA).
+            cpu = read_host()
+            isa = " ".join(sorted(cpu.isa))
+            assert lines[0] == f"{socket.gethostname()}: {cpu.cpu_name}; {isa}"
+            assert lines[2].split()[1:6] == [NAMES[0], "0", "0", "-", "ok"]
+            assert lines[3].split()[1:6] == [NAMES[1], "0-1", "0", "-", "drifted"]
             assert f"{NAMES[1]}: cpuset 0-1 is not the planned 1 (moved after launch?)" in lines
             assert host_status(base, *timer).returncode == 1  # the timer's next run
             prom.wait(f"zenvllm_placement_ok{{{instance}}} == 0", 30)

@@ -789,6 +789,10 @@ def test_the_status_playbook_shows_the_fleet_with_the_routers_view(fleet):
     assert rows[ROUTER_HOST][2] == "unrestricted", rows  # its engine keeps no cpuset
     assert all(float(cell) >= 0 for row in rows.values() for cell in row[8:]), rows
     assert f"{ROUTER_HOST} {DEPLOYMENT}-0: cpuset unrestricted is not the planned" in run.output
+    # Each host's CPU with its generation and ISA (the nspawn host shares this CPU).
+    cpu = read_host()
+    for host in (ROUTER_HOST, "localhost"):
+        assert f"{host}: {cpu.cpu_name}; {' '.join(sorted(cpu.isa))}" in run.output, host
 
 
 def grafana(expr: str, choice: dict[str, str]) -> str:

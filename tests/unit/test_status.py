@@ -4,12 +4,14 @@ and vLLM really print. The live view of a deployed host: tests/ansible/test_e2e.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from zenvllm.core import observed
 from zenvllm.core.errors import UserError
 from zenvllm.core.observed import Planned, Seen
+from zenvllm.core.topology import read_host
 from zenvllm.runtime import commands_status, status
 
 # Two lines of a real /proc/PID/numa_maps (a vLLM worker on node 0, one page on node 1).
@@ -21,6 +23,7 @@ NUMA_MAPS = """\
 STATUS = (
     "Name:\tVLLM::EngineCor\nCpus_allowed:\t3\nCpus_allowed_list:\t0-1\nMems_allowed_list:\t0\n"
 )
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "hosts"
 PLAN = Planned(name="site-a-0", target="zen", cpus=frozenset({0, 1}), mems=frozenset({0}))
 
 
@@ -312,3 +315,56 @@ def test_what_holds_for_a_container_start_is_asked_once_per_start():
     status.per_start(info("a", "t1"), cache, " x", ask)  # restarted: asked again
     status.per_start(info("a"), None, " x", ask)  # no cache: asked every time
     assert asked[3:] == ["a", "a"]
+
+
+@pytest.mark.parametrize(
+    ("tree", "name", "gen", "isa"),
+    [
+        ("vm-milan-8vcpu-avx2", "Zen 3", "Zen 3", ["avx2"]),
+        ("test-machine-zen4-2cpu", "(Zen 4)", "Zen 4", ["avx2", "avx512_bf16", "avx512f"]),
+        ("xeon-8480-spr-amx", "Sapphire Rapids", "Sapphire Rapids", ["amx_bf16", "amx_tile"]),
+    ],
+)
+def test_each_host_is_named_with_its_generation_and_isa(tree, name, gen, isa):
+    cpu = status.this_cpu(FIXTURES / tree)
+    assert name in cpu["cpu"] and cpu["generation"] == gen, cpu
+    assert set(isa) <= set(cpu["isa"]), cpu
+    if isa == ["avx2"]:
+        assert cpu["isa"] == ["avx2"]  # nothing wider on an AVX2-only EPYC
+
+
+def test_this_machine_is_named_as_its_plan_names_it():
+    host = read_host()
+    assert status.this_cpu() == {
+        "cpu": host.cpu_name,
+        "generation": host.generation,
+        "isa": sorted(host.isa),
+    }
+
+
+def test_the_view_and_the_metrics_carry_each_hosts_cpu():
+    zen4 = {"cpu": "AMD EPYC (Zen 4)", "generation": "Zen 4", "isa": ["avx2", "avx512_bf16"]}
+    zen3 = {"cpu": "AMD EPYC (Zen 3)", "generation": "Zen 3", "isa": ["avx2"]}
+    rows = [row(**zen4), row(name="site-a-1", **zen4), row(host="llm-b", **zen3)]
+    lines = commands_status.render(rows).splitlines()
+    assert lines[:2] == [
+        "llm-a: AMD EPYC (Zen 4); avx2 avx512_bf16",
+        "llm-b: AMD EPYC (Zen 3); avx2",
+    ]
+    assert lines[2].split() == list(commands_status.COLUMNS)
+    info = [x for x in commands_status.exposition(rows).splitlines() if "zenvllm_host_info{" in x]
+    assert info == [
+        'zenvllm_host_info{cpu="AMD EPYC (Zen 4)",generation="Zen 4",isa="avx2 avx512_bf16"} 1',
+        'zenvllm_host_info{cpu="AMD EPYC (Zen 3)",generation="Zen 3",isa="avx2"} 1',
+    ]
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [({"cpu": 4}, "rows[0].cpu is 4"), ({"isa": "avx2"}, 'rows[0].isa is "avx2"')],
+)
+def test_a_fleet_row_with_a_cpu_that_is_not_text_is_refused(tmp_path, capsys, change, says):
+    path = tmp_path / "fleet.json"
+    path.write_text(json.dumps({"rows": [row(**change)]}))
+    assert run_status("--from", str(path)) == 2
+    assert says in capsys.readouterr().err

@@ -41,8 +41,14 @@ def cell(value: object) -> str:
     )
 
 
+def cpus(rows: list[dict]) -> list[str]:
+    """Each host's CPU, once: its generation and ISA say what speed to expect."""
+    seen = {r["host"]: r for r in rows if r.get("cpu")}
+    return [f"{h}: {r['cpu']}; {' '.join(r.get('isa') or ['no AVX2'])}" for h, r in seen.items()]
+
+
 def render(rows: list[dict]) -> str:
-    """The table, then each drifted instance's problems."""
+    """Each host's CPU, the table, then each drifted instance's problems."""
     if not rows:
         return "no zenvllm instances"
     table = [COLUMNS] + [
@@ -62,7 +68,7 @@ def render(rows: list[dict]) -> str:
         for r in rows
     ]
     widths = [max(len(str(line[i])) for line in table) for i in range(len(COLUMNS))]
-    lines = [
+    lines = cpus(rows) + [
         "  ".join(str(v).ljust(w) for v, w in zip(line, widths, strict=True)).rstrip()
         for line in table
     ]
@@ -117,6 +123,15 @@ def exposition(rows: list[dict]) -> str:
         for r in rows:
             if (v := value(r)) is not None:
                 out.append(f"{name}{{{series(r)}}} {float(v):g}")
+    out += [
+        "# HELP zenvllm_host_info The host's CPU: brand with generation, and ISA flags.",
+        "# TYPE zenvllm_host_info gauge",
+    ]
+    for r in {r["host"]: r for r in rows if r.get("cpu")}.values():
+        labels = {"cpu": r["cpu"], "generation": r["generation"], "isa": " ".join(r["isa"])}
+        out.append(
+            "zenvllm_host_info{" + ",".join(f'{k}="{quoted(v)}"' for k, v in labels.items()) + "} 1"
+        )
     out += [
         "# HELP zenvllm_backend_info The backend vLLM selected (asked in the running container).",
         "# TYPE zenvllm_backend_info gauge",
@@ -207,6 +222,11 @@ def rows_from(path: Path) -> tuple[list[dict], dict[str, bool] | None]:
         for key in ("running", "waiting", "tokens_per_s"):
             if row.get(key) is not None:
                 gate.number(row[key], f"{where}.{key}", -1, 1e12, fix)
+        for key, kind in (("cpu", str), ("generation", str), ("isa", list)):
+            if key in row and not isinstance(row[key], kind):
+                raise gate.InputError(f"{where}.{key} is {gate.shown(row[key])}; {fix}")
+        if not all(isinstance(flag, str) for flag in row.get("isa", [])):
+            raise gate.InputError(f"{where}.isa is {gate.shown(row['isa'])}; {fix}")
         shown = ("router", "running", "waiting", "tokens_per_s")
         out.append(dict.fromkeys(shown) | row)
     answer = found.get("workers")

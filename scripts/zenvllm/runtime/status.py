@@ -21,8 +21,10 @@ from pathlib import Path
 
 from zenvllm.core import gate, observed
 from zenvllm.core.errors import UserError
+from zenvllm.core.generations import cpu_name, generation
+from zenvllm.core.host import ISA_FLAGS
 from zenvllm.core.observed import Planned, Seen
-from zenvllm.core.topology import parse_cpu_list
+from zenvllm.core.topology import parse_cpu_list, parse_cpuinfo
 from zenvllm.runtime import amx, health
 
 # vLLM's gauges and counter the view shows (its Prometheus names).
@@ -226,12 +228,26 @@ def workers(router: str) -> dict[str, bool]:
     return observed.router_view(gate.parse_json(text, f"--router {router}/workers", fix), fix)
 
 
+def this_cpu(root: Path = Path("/")) -> dict[str, object]:
+    """This host's CPU as its plan names it: the brand string with the generation (which
+    KVM's often lacks) and the ISA flags the planner reads."""
+    text = gate.read_text(root / "proc" / "cpuinfo", gate.PROCFS, FIX, optional=True)
+    info = parse_cpuinfo(text or "")
+    gen = generation(info.vendor, info.family, info.model)
+    return {
+        "cpu": cpu_name(info.model_name, gen, info.family, info.model),
+        "generation": gen,
+        "isa": sorted(info.flags & frozenset(ISA_FLAGS)),
+    }
+
+
 def rows(
     deployment: str = "", platforms: dict[str, str] | None = None, interval: float = 1.0
 ) -> list[dict]:
     """One row per instance: the plan, what runs, and the verdict; vLLM's platform
     asked (and kept in `platforms`, by container start) unless it is None."""
     found = containers(deployment)
+    cpu = this_cpu() if found else {}
     before = {c["Id"]: metrics(*listen(c))[0] for c in found}
     time.sleep(interval if found else 0)
     out = []
@@ -249,6 +265,7 @@ def rows(
         out.append(
             {
                 "host": socket.gethostname(),
+                **cpu,
                 "deployment": labels.get("zenvllm.deployment", ""),
                 "id": info.get("Id", ""),
                 "name": plan.name,
