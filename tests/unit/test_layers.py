@@ -10,6 +10,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from conftest import require
+from support import pythons
 
 from zenvllm import SHIPPED_LAYERS
 from zenvllm.core.errors import UserError
@@ -141,6 +143,32 @@ def test_what_hosts_receive_runs_alone_on_the_standard_library(tmp_path):
         "zen": "warn",
         "pace": "warn",
     }
+
+
+def test_the_hosts_oldest_python_plans_alike_and_an_older_one_is_told_the_fix(tmp_path):
+    """Ubuntu 22.04's 3.10, README's oldest, runs the zipapp for real and plans what this
+    Python plans; 3.9 (Debian 11's) gets exit 2 and the fix, not a traceback."""
+    zipapp = shipped.write_zipapp(tmp_path / "zenvllm.pyz")
+    fixture = PACKAGE.parents[1] / "tests" / "fixtures" / "hosts" / "epyc-9354-2s-smt"
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(zipapp)}
+
+    def plan(python: Path) -> subprocess.CompletedProcess:
+        argv = ["-S", "-m", "zenvllm.runtime", "plan", "--json", "--root", str(fixture)]
+        argv += ["--model-size-gib", "500"]  # split over the two sockets: tensor parallel
+        return subprocess.run(
+            [str(python), *argv], capture_output=True, text=True, env=env, check=False
+        )
+
+    oldest, older = pythons.find("3.10"), pythons.find("3.9")
+    require(oldest is not None and older is not None, "no python3.10 and python3.9 here")
+    here, there = plan(Path(sys.executable)), plan(oldest)
+    assert there.returncode == 0, there.stderr
+    assert json.loads(there.stdout) == json.loads(here.stdout)
+    assert json.loads(there.stdout)["instances"][0]["tensor_parallel_size"] == 2
+    refused = plan(older)
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.startswith("zenvllm: this host's python3 is 3.9."), refused.stderr
+    assert "ansible_python_interpreter" in refused.stderr and "Traceback" not in refused.stderr
 
 
 def shadowed(path: Path) -> list[str]:
