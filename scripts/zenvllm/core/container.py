@@ -44,6 +44,8 @@ class Instance(Protocol):
     @property
     def dtype(self) -> str: ...
     @property
+    def runner(self) -> str: ...
+    @property
     def tensor_parallel_size(self) -> int: ...
     @property
     def pipeline_parallel_size(self) -> int: ...
@@ -205,6 +207,7 @@ def container_of(instance: Instance, request: Request, secrets: str = "") -> Con
         f"--port={instance.port}",
         *([f"--max-model-len={request.max_model_len}"] if request.max_model_len else []),
         f"--dtype={instance.dtype}",
+        *([f"--runner={instance.runner}"] if instance.runner != "generate" else []),
         *(
             [f"--tensor-parallel-size={instance.tensor_parallel_size}"]
             if instance.tensor_parallel_size > 1

@@ -7,7 +7,7 @@ from collections import defaultdict
 
 from zenvllm.core.errors import PlanError
 from zenvllm.core.host import Host
-from zenvllm.core.model import Model
+from zenvllm.core.model import POOLING, Model
 from zenvllm.core.policy import Policy
 
 # Node id -> its physical cores, each the sorted tuple of its allowed logical CPUs.
@@ -56,6 +56,8 @@ def omp_cpus_of(slice_cores: list[tuple[int, ...]], policy: Policy) -> tuple[int
 def cores_needed(model: Model, policy: Policy) -> int:
     """Cores whose bandwidth streams the weights within the step target, uncapped (0 when
     the model's size is unknown)."""
+    if model.runner == POOLING:
+        return 0  # no decode step to keep under the target
     per_core_step = policy.core_bandwidth_gbs * 1e9 * policy.tpot_target_ms / 1000
     return max(0, math.ceil(model.weight_bytes / per_core_step))
 
@@ -64,7 +66,10 @@ def cores_per_instance(model: Model, policy: Policy, smt: bool = True) -> int:
     """The fewest cores that stream the weights within the step target; without SMT at
     least `min_cores_without_smt`, since a 1-core instance's API server and scheduler
     take turns with its only OpenMP thread."""
-    if model.weight_bytes <= 0:
+    if model.weight_bytes <= 0 or model.runner == POOLING:
+        # A pooler's step is one prefill over its batch: compute-bound matmuls that use
+        # every core given, no weights re-read per token. One instance per node (up to
+        # the cap) runs them as well as slices would, with one runtime, not one per slice.
         return policy.max_cores_per_instance
     least = 1 if smt else policy.min_cores_without_smt
     return max(least, min(policy.max_cores_per_instance, cores_needed(model, policy)))

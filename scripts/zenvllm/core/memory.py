@@ -6,7 +6,7 @@ import math
 
 from zenvllm.core.errors import PlanError
 from zenvllm.core.host import GIB, MIB, Host, Node
-from zenvllm.core.model import Model
+from zenvllm.core.model import POOLING, Model
 from zenvllm.core.policy import Policy
 
 
@@ -20,9 +20,16 @@ def fixed_cost(model: Model, policy: Policy) -> int:
     return int(model.weight_bytes + policy.runtime_overhead_gib * GIB + policy.shm_size_mib * MIB)
 
 
+def kv_floor_gib(model: Model, policy: Policy) -> int:
+    """The least KV cache an instance runs with: none for a pooling model (an encoder's
+    attention caches nothing between steps; vLLM 0.32 allocates none, measured with
+    VLLM_CPU_KVCACHE_SPACE=0 on all-MiniLM-L6-v2), else the policy's minimum."""
+    return 0 if model.runner == POOLING else policy.min_kv_cache_gib
+
+
 def smallest_instance(model: Model, policy: Policy) -> int:
     """One instance at the minimum KV cache: what a node must hold to run it at all."""
-    return fixed_cost(model, policy) + policy.min_kv_cache_gib * GIB
+    return fixed_cost(model, policy) + kv_floor_gib(model, policy) * GIB
 
 
 def page_cache_room(model: Model) -> int:
@@ -39,6 +46,8 @@ def page_cache_room(model: Model) -> int:
 
 def kv_need_gib(model: Model, policy: Policy, max_len: int | None) -> int | None:
     """The most KV cache the scheduler can fill: max_num_seqs sequences of max_len."""
+    if model.runner == POOLING:
+        return 0
     if not (model.kv_bytes_per_token and max_len):
         return None
     return math.ceil(policy.max_num_seqs * max_len * model.kv_bytes_per_token / GIB)
@@ -60,7 +69,7 @@ def instances_that_fit(
             f"the model does not fit node {node.id}: one instance needs "
             f"{gib(smallest)} (weights {gib(model.weight_bytes)}, runtime "
             f"{policy.runtime_overhead_gib:g} GiB, shm {policy.shm_size_mib} MiB, KV "
-            f"{policy.min_kv_cache_gib} GiB minimum) but the node has {gib(budget)} "
+            f"{kv_floor_gib(model, policy)} GiB minimum) but the node has {gib(budget)} "
             f"usable of {gib(node.mem_total_bytes)}. Use a smaller or quantized model, "
             "or a flavor with more memory per NUMA node"
         )
@@ -74,7 +83,7 @@ def instances_that_fit(
 
 
 def node_kv_gib(
-    node_id: int, k: int, budget: int, fixed: int, need: int | None, policy: Policy
+    node_id: int, k: int, budget: int, fixed: int, need: int | None, policy: Policy, floor: int
 ) -> int:
     """KV GiB per instance of a node: an explicit size if it fits, else the node's share
     of what is left, never more than the scheduler can fill."""
@@ -88,7 +97,7 @@ def node_kv_gib(
             )
         return kv
     kv = int((budget - k * fixed) * policy.kv_fraction / k // GIB)
-    return max(need, policy.min_kv_cache_gib) if need is not None and need < kv else kv
+    return max(need, floor) if need is not None and need < kv else kv
 
 
 def cgroup_cap_gib(host: Host, policy: Policy, total: int, charged: int) -> int | None:
@@ -121,7 +130,8 @@ def kv_cache_per_node(
         if fit < k:
             warnings.append(f"node {node_id}: memory fits {fit} instance(s), not {k}")
             counts[node_id] = fit
-        kv_by_node[node_id] = node_kv_gib(node_id, fit, budget, fixed, need, policy)
+        floor = kv_floor_gib(model, policy)
+        kv_by_node[node_id] = node_kv_gib(node_id, fit, budget, fixed, need, policy, floor)
 
     cap = cgroup_cap_gib(host, policy, sum(counts.values()), fixed + page_cache_room(model))
     limit = host.cgroup_mem_limit_bytes
@@ -130,7 +140,7 @@ def kv_cache_per_node(
         kv_by_node = {n: min(kv, cap) for n, kv in kv_by_node.items()}
 
     for node_id, kv in kv_by_node.items():
-        if kv < policy.min_kv_cache_gib:
+        if kv < kv_floor_gib(model, policy):
             if host.cgroup_mem_limit_bytes is not None:
                 size = f"{gib(fixed + page_cache_room(model))} each (page cache of the weights too)"
                 where = f"the cgroup memory limit {gib(host.cgroup_mem_limit_bytes)}"

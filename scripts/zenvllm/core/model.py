@@ -19,6 +19,12 @@ from zenvllm.core.quantization import Quantization
 from zenvllm.core.quantization import read as read_quantization
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+# vLLM's runners (`--runner`): a model that generates tokens, or one that pools its
+# hidden states into an embedding or a score (encoders, cross-encoders, rerankers).
+GENERATE, POOLING = "generate", "pooling"
+# Architecture suffixes, as vLLM's registry reads them: a pooling head, a generating one.
+POOLING_HEADS = ("ForSequenceClassification", "ForTokenClassification", "ForRewardModel")
+GENERATING_HEADS = ("ForCausalLM", "ForConditionalGeneration", "LMHeadModel")
 ALIASES = {"float": "float32", "half": "float16"}  # config.json's other spellings
 # safetensors' names of the floating dtypes vLLM converts to the dtype it serves in.
 FLOATING = ("BF16", "F16", "F32", "F64")
@@ -34,6 +40,8 @@ class Model:
     dtype: str = "bfloat16"  # what the floating weights and the KV cache are counted in
     float_bytes: int | None = None  # bytes of floating tensors (None: all of weight_bytes)
     file_bytes: int | None = None  # bytes of the weight files (None: weight_bytes, as stored)
+    runner: str = GENERATE  # vLLM's --runner: GENERATE, or POOLING (no decode, no KV cache)
+    runner_why: str = ""  # what in config.json (and modules.json) decided it
 
     @property
     def weight_gib(self) -> float:
@@ -201,6 +209,28 @@ def shards(path: Path) -> list[Path]:
     return found
 
 
+def runner_of(config: dict[str, Any], modules: Any) -> tuple[str, str]:
+    """Whether vLLM runs the model as a generator or a pooler, and why. A classification
+    head scores (a cross-encoder, a reranker); a sentence-transformers Pooling module
+    embeds (even over a decoder: vLLM converts it); a language-model head generates; a
+    bare backbone (BertModel, XLMRobertaModel: no head at all) can only pool."""
+    names = config.get("architectures")
+    archs = [a for a in names if isinstance(a, str)] if isinstance(names, list) else []
+    shown = ", ".join(archs) or "no architectures"
+    if any(a.endswith(POOLING_HEADS) for a in archs):
+        return POOLING, f"{shown}: a classification head, served for scores (/score, /rerank)"
+    pooled = isinstance(modules, list) and any(
+        isinstance(m, dict) and str(m.get("type", "")).endswith(".Pooling") for m in modules
+    )
+    if pooled:
+        return POOLING, f"{shown} with a sentence-transformers Pooling module: embeddings"
+    if any(a.endswith(GENERATING_HEADS) for a in archs) or not archs:
+        return GENERATE, f"{shown}: a language-model head generates tokens"
+    if all(a.endswith("Model") for a in archs):
+        return POOLING, f"{shown}: a backbone without a head, served for embeddings"
+    return GENERATE, f"{shown}: not a pooling architecture vLLM names"
+
+
 def read_model(path: Path) -> Model:
     """Size a local model directory as stored (core/dtype.py sizes it as served)."""
     config_file = path / "config.json"
@@ -214,6 +244,9 @@ def read_model(path: Path) -> Model:
         f"--model {path}: config.json",
         CONFIG_FIX,
     )
+    modules_file = path / "modules.json"  # sentence-transformers' pipeline, where there is one
+    modules = gate.read_json(modules_file, gate.DOCUMENT, CONFIG_FIX, optional=True)
+    runner, runner_why = runner_of(config, modules)
     sizes = [safetensors_bytes(f) for f in shards(path)]  # (all bytes, floating) per shard
     given = config.get("torch_dtype") or config.get("dtype")
     dtype = ALIASES.get(given, given) if isinstance(given, str) else None
@@ -227,9 +260,11 @@ def read_model(path: Path) -> Model:
     return Model(
         name=path.name,
         weight_bytes=sum(every for every, _ in sizes),
-        kv_bytes_per_token=kv,
+        kv_bytes_per_token=kv if runner == GENERATE else None,  # a pooler caches no K and V
         max_model_len=max_len,
         quantization=quantization,
         dtype=dtype,
         float_bytes=sum(floating for _, floating in sizes),
+        runner=runner,
+        runner_why=runner_why,
     )

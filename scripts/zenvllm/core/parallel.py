@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 
 from zenvllm.core.errors import PlanError
 from zenvllm.core.host import Host
-from zenvllm.core.memory import gib, node_budget, smallest_instance
+from zenvllm.core.memory import gib, kv_floor_gib, node_budget, smallest_instance
 from zenvllm.core.model import Model
 from zenvllm.core.policy import Policy
 
@@ -164,7 +164,7 @@ def beyond(host: Host, model: Model, policy: Policy, nodes: list[int]) -> str:
         f"the model does not fit {'these hosts' if p > 1 else 'this host'}"
         f"{' even' if cut or over else ''}{cut}{over}: {who} needs {gib(need)} "
         f"(weights {gib(part.weight_bytes)}, runtime {policy.runtime_overhead_gib:g} GiB, shm "
-        f"{policy.shm_size_mib} MiB, KV {policy.min_kv_cache_gib} GiB minimum) but node "
+        f"{policy.shm_size_mib} MiB, KV {kv_floor_gib(part, policy)} GiB minimum) but node "
         f"{small.id} has {gib(node_budget(small.mem_total_bytes, policy))} usable of "
         f"{gib(small.mem_total_bytes)}{across}. Use a smaller or quantized model, or hosts "
         "with more memory per NUMA node"

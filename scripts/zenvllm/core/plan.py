@@ -58,7 +58,7 @@ from zenvllm.core.dtype import served_model, serving_dtype
 from zenvllm.core.errors import PlanError
 from zenvllm.core.host import GIB, MIB, Host
 from zenvllm.core.memory import fixed_cost, gib, kv_cache_per_node, page_cache_room
-from zenvllm.core.model import Model
+from zenvllm.core.model import GENERATE, POOLING, Model
 from zenvllm.core.policy import Policy, check_policy
 from zenvllm.core.request import LAYOUTS, Request
 from zenvllm.core.targets import TARGETS
@@ -91,6 +91,7 @@ class Instance:
     memory_limit_mib: int
     env: dict[str, str] = field(default_factory=dict)
     dtype: str = "bfloat16"  # vLLM's --dtype
+    runner: str = GENERATE  # vLLM's --runner
     # One per node and host its copy is split over (tensor x pipeline parallel).
     ranks: tuple[Rank, ...] = ()
     index: int = 0  # its place in the plan: the name's and the ports' offset
@@ -177,6 +178,7 @@ class Plan:
             "model": {
                 "name": self.model.name,
                 "dtype": self.model.dtype,
+                "runner": self.model.runner,
                 "weight_gib": round(self.model.weight_gib, 3),
                 "kv_bytes_per_token": self.model.kv_bytes_per_token,
                 "quantization": q.label if (q := self.model.quantization) else None,
@@ -208,6 +210,7 @@ def instance_of(
     policy: Policy,
     dtype: str,
     hosts: int = 1,
+    runner: str = GENERATE,
 ) -> Instance:
     """One instance on its ranks' cores (a replica has one rank: its node and slice of
     cores), alike on each of its `hosts` (pipeline stages): names, port, binding, sizes
@@ -241,6 +244,7 @@ def instance_of(
         shm_size_mib=policy.shm_size_mib * len(placed),
         memory_limit_mib=memory_mib,
         dtype=dtype,
+        runner=runner,
         index=index,
         ranks=tuple(replace(r, host=h) for h in range(hosts) for r in placed)
         if len(placed) * hosts > 1
@@ -266,7 +270,14 @@ def layout_notes(
     """Why the instances are counted as they are; which nodes stay idle."""
     warnings: list[str] = []
     notes: list[str] = []
-    if policy.instances is None:
+    if policy.instances is None and model.runner == POOLING:
+        notes.append(
+            f"auto: a pooling model ({model.runner_why}) has no decode step to keep under "
+            f"{policy.tpot_target_ms:g} ms: its step is one prefill over the batch, bound by "
+            f"compute, so one instance per node (up to {policy.max_cores_per_instance} "
+            "cores) uses every core, with no KV cache"
+        )
+    elif policy.instances is None:
         by_bandwidth = cores_per_instance(model, policy)
         floor = (
             f"; without SMT at least {per_instance}, as a 1-core instance's API server and "
@@ -332,7 +343,16 @@ def place(
         for slice_cores in split_cores(cores[node_id], k, policy.layout):
             index = len(instances)
             instances.append(
-                instance_of(index, [(node_id, slice_cores)], mems, kv, limit, policy, model.dtype)
+                instance_of(
+                    index,
+                    [(node_id, slice_cores)],
+                    mems,
+                    kv,
+                    limit,
+                    policy,
+                    model.dtype,
+                    runner=model.runner,
+                )
             )
         notes.append(
             f"node {node_id}: {k} instance(s) over {len(cores[node_id])} core(s), "
@@ -398,7 +418,9 @@ def place_groups(
         ranks = [(node, split_cores(cores[node], 1, policy.layout)[0]) for node in group]
         mems = tuple(n for n in group if n in host.allowed_mems) or tuple(sorted(host.allowed_mems))
         instances.append(
-            instance_of(index, ranks, mems, kv, limit, policy, model.dtype, parts.pipeline)
+            instance_of(
+                index, ranks, mems, kv, limit, policy, model.dtype, parts.pipeline, model.runner
+            )
         )
         notes.append(
             f"nodes {format_cpu_list(group)}{where}: {what} in {k} rank(s), "

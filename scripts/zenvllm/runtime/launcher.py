@@ -113,6 +113,26 @@ def with_dtype(serve: ServeArgs, host: Host) -> ServeArgs:
     return ServeArgs(serve.model, [*serve.rest, f"--dtype={serving_dtype(host).dtype}"])
 
 
+def with_runner(serve: ServeArgs) -> ServeArgs:
+    """The serve args with --runner=pooling where the model pools, as a deployment's plan
+    gives it (core/model.runner_of): vLLM's own auto would run a sentence-transformers
+    model over a decoder as a generator. A model the planner cannot read is plan_env's
+    to report."""
+    from zenvllm.core.model import POOLING, read_model
+
+    path = Path(serve.model)
+    if serve.option("--runner") is not None or not (path / "config.json").is_file():
+        return serve
+    try:
+        model = read_model(path)
+    except UserError:
+        return serve
+    if model.runner != POOLING:
+        return serve
+    log(f"runner pooling: {model.runner_why}")
+    return ServeArgs(serve.model, [*serve.rest, "--runner=pooling"])
+
+
 def plan_env(host: Host, serve: ServeArgs, target: str) -> tuple[dict[str, str], list[str], int]:
     """The env a one-instance plan of this container wants, its notes and shm MiB."""
     from zenvllm.core.model import Model, read_model
@@ -374,6 +394,7 @@ def prepare(argv: list[str], env: dict[str, str], host: Host, manifest: dict) ->
         shm_mib = check_deployed(env, host, target)
     else:
         shm_mib = plan_here(env, host, asked, target)
+        serve = with_runner(serve)
 
     problem = bind_problem(env.get("VLLM_CPU_OMP_THREADS_BIND", ""), host.allowed_cpus)
     problem = problem or shm_problem(shm_free(env.get("ZENVLLM_SHM", "/dev/shm")), shm_mib)
