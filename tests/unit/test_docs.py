@@ -133,3 +133,16 @@ def test_each_role_has_a_readme_in_one_shape(role):
     )
     assert text.index(MARKERS) < text.index(END)
     assert "absent" in text, f"{role.name}/README.md does not say how `absent` works"
+
+
+def test_the_map_names_every_module_of_the_package():
+    design = (REPO / "docs" / "explanation" / "design.md").read_text()
+    mapped = design.split("## Map of the code", 1)[1]
+    package = REPO / "scripts" / "zenvllm"
+    modules = sorted(
+        str(p.relative_to(package))
+        for p in package.rglob("*.py")
+        if p.name != "__init__.py" or p.parent == package
+    )
+    missing = [m for m in modules if f"`{m}`" not in mapped]
+    assert not missing, f"docs/explanation/design.md's map lacks {missing}"
