@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 from zenvllm.core import arguments, calibration, gate, request
-from zenvllm.core.arguments import real, whole
+from zenvllm.core.arguments import NAME, real, whole
 from zenvllm.core.calibration import DEFAULT_PATH
 from zenvllm.core.container import secrets_digest
+from zenvllm.core.errors import UserError
 from zenvllm.core.flavors import synthetic_host
 from zenvllm.core.host import GIB, Host
 from zenvllm.core.model import Model, model_of_size, read_model
 from zenvllm.core.plan import Plan, Policy, make_plan
 from zenvllm.core.request import Request
+from zenvllm.core.shares import Share, plan_models
 from zenvllm.core.topology import format_cpu_list, read_host
 from zenvllm.runtime import calibrate
 
@@ -56,7 +59,9 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
         flags = [spec.flag, *(["--name-prefix"] if name == "deployment" else [])]
         shown = json.dumps(default) if default not in ("", 0) else "none"
         how: dict = {"dest": name, "default": argparse.SUPPRESS}
-        if request.kind(name) == "bool":
+        if name == "model_dir":  # given more than once: NAME=DIR, several models (MODELS)
+            how |= {"action": "append", "metavar": "[NAME=]DIR", "help": f"{spec.help}; {MODELS}"}
+        elif request.kind(name) == "bool":
             how |= {"action": "store_true", "help": spec.help}
         else:
             how |= {"type": flag_type(name), "help": f"{spec.help} (default {shown})"}
@@ -65,6 +70,15 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
             else:
                 how["metavar"] = "N|auto" if spec.auto else spec.flag[2:].upper().replace("-", "_")
         into.add_argument(*flags, **how)
+    parser.add_argument(
+        "--share",
+        action="append",
+        default=[],
+        type=share_arg,
+        metavar="NAME=cores:N|weight:W",
+        help="one model's share of the host, with several --model NAME=DIR: N physical "
+        "cores, or a weight (default: its weight bytes)",
+    )
     parser.add_argument(
         "--request",
         metavar="JSON",
@@ -84,11 +98,53 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+MODELS = (
+    "given as NAME=DIR, more than once, several models share the host, each on cores of "
+    "its own and served as NAME"
+)
+
+
+def share_arg(text: str) -> Share:
+    """NAME=cores:N or NAME=weight:W, refused by value with an example."""
+    name, _, how = text.partition("=")
+    kind, _, value = how.partition(":")
+    try:
+        if kind == "cores" and value.isdigit() and int(value) >= 1:
+            return Share(arguments.name(name), cores=int(value))
+        if kind == "weight" and float(value) > 0 and math.isfinite(float(value)):
+            return Share(arguments.name(name), weight=float(value))
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not NAME=cores:N or NAME=weight:W (e.g. embed=cores:4, chat=weight:3)"
+    )
+
+
+def models_asked(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(served name, directory) per --model given as NAME=DIR; [] for one plain --model."""
+    given = getattr(args, "model_dir", None) or []
+    named = [g.partition("=") for g in given]
+    if len(given) == 1 and not (named[0][1] and NAME.fullmatch(named[0][0])):
+        return []
+    pairs = zip(given, named, strict=True)
+    bad = [g for g, (n, eq, d) in pairs if not (eq and d and NAME.fullmatch(n))]
+    if bad:
+        raise UserError(
+            f"--model {bad[0]}: with several models each is NAME=DIR (e.g. --model "
+            "chat=/srv/models/qwen --model embed=/srv/models/minilm)"
+        )
+    return [(n, str(Path(d).absolute())) for n, _, d in named]
+
+
 def request_from(args: argparse.Namespace) -> Request:
     """--request, with the flags given over it; supervisor auto decided as the role does
     (systemd where it is PID 1 under --root)."""
     base = request.from_json(args.request) if args.request else request.DEFAULT
     given = {n: getattr(args, n) for n, s, _ in request.specs() if s.flag and hasattr(args, n)}
+    if "model_dir" in given:  # one plain DIR, as before; several: models_asked's
+        dirs = given.pop("model_dir")
+        if not models_asked(args):
+            given["model_dir"] = str(Path(dirs[0].partition("=")[2] or dirs[0]).absolute())
     asked = replace(base, **given)
     if asked.supervisor == "auto":
         booted = asked.flavor or (Path(asked.sysfs_root) / "run/systemd/system").is_dir()
@@ -160,8 +216,44 @@ def secrets_from_env() -> str:
     return secrets_digest(secrets)
 
 
+def plans_from(args: argparse.Namespace, asked: Request) -> list[tuple[Request, Plan]]:
+    """Several models on one host: each on its share (core/shares.py), its request the
+    deployment's with its own directory, served name and deployment name."""
+    named = models_asked(args)
+    shares = {s.name: s for s in args.share}
+    unknown = sorted(set(shares) - {n for n, _ in named})
+    if unknown:
+        raise UserError(f"--share {unknown[0]}: no --model {unknown[0]}=DIR names it")
+    host = host_from(asked)
+    live = not asked.flavor and Path(asked.sysfs_root).resolve() == Path("/")
+    cal, source = calibrate.read(args.calibration, live)
+    asks = [
+        replace(asked, model_dir=d, served_model_name=n, deployment=f"{asked.deployment}-{n}")
+        for n, d in named
+    ]
+    models = [model_from(a) for a in asks]
+    policies = [
+        calibration.apply(Policy.of(a), cal, host, source, m)[0]
+        for a, m in zip(asks, models, strict=True)
+    ]
+    chosen = [shares.get(n, Share(n)) for n, _ in named]
+    plans = plan_models(host, models, chosen, policies)
+    return list(zip(asks, plans, strict=True))
+
+
 def run(args: argparse.Namespace) -> int:
     asked = request_from(args)
+    if models_asked(args):
+        planned = plans_from(args, asked)
+        if args.json:
+            secrets = secrets_from_env()
+            doc = [{"name": a.served_name, "plan": p.to_dict(a, secrets)} for a, p in planned]
+            print(json.dumps({"models": doc}, indent=2))
+        else:
+            print("\n\n".join(f"# {a.served_name}\n{render_table(p)}" for a, p in planned))
+        return 0
+    if args.share:
+        raise UserError("--share divides the host between several --model NAME=DIR; give them")
     plan = plan_from(args, asked)
     if args.json:
         print(json.dumps(plan.to_dict(asked, secrets_from_env()), indent=2))
