@@ -85,3 +85,14 @@ def test_parse_pins_rejects_bad_syntax():
     assert render.parse_pins(["zentorch=2.13.0.1"]) == {"zentorch": "2.13.0.1"}
     with pytest.raises(UserError, match="is not NAME=VERSION"):
         render.parse_pins(["zentorch"])
+
+
+def test_the_images_user_is_the_one_deployments_run_as():
+    """build.yaml makes the image's user; the request runs containers as it (--user), and
+    the bench chowns its directories to it: one uid, checked here."""
+    from zenvllm.bench.runner import CONTAINER_USER
+    from zenvllm.core.request import DEFAULT
+
+    uid = render.load_config()["defaults"]["user"]["uid"]
+    assert DEFAULT.user == f"{uid}:{uid}"
+    assert (uid, uid) == CONTAINER_USER

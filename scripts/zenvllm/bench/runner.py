@@ -36,6 +36,7 @@ from zenvllm.bench.layouts import Configuration
 from zenvllm.bench.results import Run
 from zenvllm.bench.roofline import Bandwidth
 from zenvllm.bench.workloads import Workload
+from zenvllm.core import request
 from zenvllm.core.errors import UserError
 from zenvllm.image import outputs
 from zenvllm.image.engine import DOCKER
@@ -44,7 +45,8 @@ from zenvllm.runtime.health import healthy
 # The roofline's meta when the bandwidth is unknown: no roofline rows.
 NO_BANDWIDTH = {"core_bandwidth_gbs": 0.0, "bandwidth_source": "unknown"}
 RUN_CACHE = "compile-cache"  # a run's own compile cache, under raw/, removed after it
-CONTAINER_USER = (10001, 10001)  # the image's user (core.container.Settings.user)
+# The image's user, as the request names it (build.yaml's uid: a unit test keeps them equal).
+CONTAINER_USER = tuple(int(i) for i in request.DEFAULT.user.split(":"))
 
 
 @dataclass
