@@ -146,3 +146,12 @@ def test_the_map_names_every_module_of_the_package():
     )
     missing = [m for m in modules if f"`{m}`" not in mapped]
     assert not missing, f"docs/explanation/design.md's map lacks {missing}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_no_page_points_at_a_tracker_its_reader_cannot_open(page):
+    """The project's issue numbers live in a tracker outside the repository: a page says
+    what was asked instead (upstream projects' issues, linked, are fine)."""
+    text = COMMENT.sub("", page.read_text())
+    hits = re.findall(r"\bissues? #?\d+", text, re.I)
+    assert not hits, f"{page.name} names the project's issues: {hits}"
