@@ -26,8 +26,8 @@ STOCK_SHM = "4g"
 MODEL_MOUNT = "/model"
 STOCK = "stock"
 PLANNER = "auto"  # the configuration that is the planner's own choice
-ACCEPTANCE_RATIO = 1.3  # issue 5: the planner's layout >= 1.3x stock output throughput
-NEAR_BEST = 0.95  # issue 14: the planner's layout >= 0.95x the best that serves the same weights
+ACCEPTANCE_RATIO = 1.3  # the goal: the planner's layout >= 1.3x stock output throughput
+NEAR_BEST = 0.95  # the goal: the planner's layout >= 0.95x the best that serves the same weights
 # What a user would run instead of zenvllm: vLLM's own parallel sizes as its CPU guide
 # runs them (one container over the plan's slices, a rank per slice: data parallel's whole
 # copies, or one copy split by tensor or pipeline parallel), and llama.cpp.

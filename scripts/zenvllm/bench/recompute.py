@@ -16,7 +16,7 @@ from zenvllm.bench import document, roofline
 from zenvllm.bench.layouts import Configuration
 from zenvllm.bench.results import Run, Summary
 
-# Verdict keys a document written before the peers table (issue 14) lacks.
+# Verdict keys a document written before the peers table lacks.
 PEER_KEYS = ("best_same_weights", "planner_vs_best", "near_best_ratio", "near_best")
 
 

@@ -26,7 +26,7 @@ from zenvllm.bench.layouts import (
     cpu_ids,
 )
 
-# Issue 30: at batch 1 the planner's layout should stream at least 60% of its bandwidth.
+# The goal: at batch 1 the planner's layout should stream at least 60% of its bandwidth.
 BATCH1_GOAL = 60.0
 OVER = "over 100%: the bandwidth figure is too low"
 
