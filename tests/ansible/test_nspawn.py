@@ -26,6 +26,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 import yaml
@@ -66,6 +67,21 @@ OPERATORS_ROLES += ("zenvllm_verify",)
 SYSCTLS = {"net.core.somaxconn": 4096, "net.ipv4.tcp_max_syn_backlog": 2048}
 
 
+def build_standin(tries: int = 3) -> None:
+    """Its one apt-get reaches Debian's mirror: a fresh machine's CI run lost the whole
+    module to one failed `apt-get update` (exit 100), so a failure is tried again, and
+    the last one raised with apt's own words."""
+    argv = ("build", "--network", "host", "-t", STANDIN, str(STANDIN_DIR))
+    for attempt in range(1, tries + 1):
+        done = engine.docker(*argv, check=False, timeout=600)
+        if done.returncode == 0:
+            return
+        if attempt < tries:
+            time.sleep(15 * attempt)
+    raise AssertionError(f"docker build of {STANDIN} failed {tries} times:\n"
+                         f"{(done.stdout + done.stderr)[-3000:]}")  # fmt: skip
+
+
 def standin_archive(work) -> str:
     """The stand-in image as a `docker save` archive (the image role's archive source)."""
     if engine.docker("image", "inspect", STANDIN, check=False).returncode != 0:
@@ -78,7 +94,7 @@ def standin_archive(work) -> str:
                 env=engine.engine_env(),
                 check=True,
             )
-        engine.docker("build", "--network", "host", "-t", STANDIN, str(STANDIN_DIR), timeout=600)
+        build_standin()
     archive = work / "standin.tar"
     engine.docker("save", "-o", str(archive), STANDIN, timeout=300)
     return str(archive)
