@@ -245,7 +245,9 @@ def read_model(path: Path) -> Model:
         CONFIG_FIX,
     )
     modules_file = path / "modules.json"  # sentence-transformers' pipeline, where there is one
-    modules = gate.read_json(modules_file, gate.DOCUMENT, CONFIG_FIX, optional=True)
+    modules = gate.read_json(
+        modules_file, gate.DOCUMENT, "fix the model's modules.json (sentence-transformers')", True
+    )
     runner, runner_why = runner_of(config, modules)
     sizes = [safetensors_bytes(f) for f in shards(path)]  # (all bytes, floating) per shard
     given = config.get("torch_dtype") or config.get("dtype")
