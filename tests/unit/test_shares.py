@@ -125,3 +125,15 @@ def test_several_models_asked_wrongly_are_refused_with_the_fix(args, says):
     done = zenvllm("plan", "--root", root, *args)
     assert done.returncode == 2, done.stdout
     assert says in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_one_model_whose_path_holds_an_equals_sign_is_that_path(tmp_path):
+    from test_cli_plan import zenvllm
+
+    odd = tmp_path / "models" / "qwen=0.5b"
+    odd.parent.mkdir()
+    ensure_tiny_model(odd)
+    root = str(Path(__file__).parents[1] / "fixtures" / "hosts" / "epyc-9354-2s-smt")
+    done = zenvllm("plan", "--json", "--root", root, "--model", str(odd))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["model"]["name"] == "qwen=0.5b"

@@ -144,7 +144,7 @@ def request_from(args: argparse.Namespace) -> Request:
     if "model_dir" in given:  # one plain DIR, as before; several: models_asked's
         dirs = given.pop("model_dir")
         if not models_asked(args):
-            given["model_dir"] = str(Path(dirs[0].partition("=")[2] or dirs[0]).absolute())
+            given["model_dir"] = str(Path(dirs[0]).absolute())  # a path, "=" and all
     asked = replace(base, **given)
     if asked.supervisor == "auto":
         booted = asked.flavor or (Path(asked.sysfs_root) / "run/systemd/system").is_dir()
@@ -164,14 +164,25 @@ def model_from(asked: Request, read_from: str | None = None) -> Model:
     return Model(name="unknown", weight_bytes=0)
 
 
-def plan_from(args: argparse.Namespace, asked: Request) -> Plan:
-    host = host_from(asked)
+def calibrated(
+    args: argparse.Namespace, asked: Request, host: Host
+) -> Callable[[Request, Model], tuple[Policy, str]]:
+    """The request's policy for a model with this host's calibration applied, and the
+    warning when the calibration was ignored ("" when not)."""
     live = not asked.flavor and Path(asked.sysfs_root).resolve() == Path("/")
     cal, source = calibrate.read(args.calibration, live)
-    model = model_from(asked, args.read_model)
-    policy, ignored = calibration.apply(Policy.of(asked), cal, host, source, model)
-    plan = make_plan(host, model, policy)
+    return lambda one, model: calibration.apply(Policy.of(one), cal, host, source, model)
+
+
+def warned(plan: Plan, ignored: str) -> Plan:
     return replace(plan, warnings=(*plan.warnings, ignored)) if ignored else plan
+
+
+def plan_from(args: argparse.Namespace, asked: Request) -> Plan:
+    host = host_from(asked)
+    model = model_from(asked, args.read_model)
+    policy, ignored = calibrated(args, asked, host)(asked, model)
+    return warned(make_plan(host, model, policy), ignored)
 
 
 def render_table(plan: Plan) -> str:
@@ -225,20 +236,17 @@ def plans_from(args: argparse.Namespace, asked: Request) -> list[tuple[Request, 
     if unknown:
         raise UserError(f"--share {unknown[0]}: no --model {unknown[0]}=DIR names it")
     host = host_from(asked)
-    live = not asked.flavor and Path(asked.sysfs_root).resolve() == Path("/")
-    cal, source = calibrate.read(args.calibration, live)
     asks = [
         replace(asked, model_dir=d, served_model_name=n, deployment=f"{asked.deployment}-{n}")
         for n, d in named
     ]
     models = [model_from(a) for a in asks]
-    policies = [
-        calibration.apply(Policy.of(a), cal, host, source, m)[0]
-        for a, m in zip(asks, models, strict=True)
-    ]
+    policy_of = calibrated(args, asked, host)
+    applied = [policy_of(a, m) for a, m in zip(asks, models, strict=True)]
     chosen = [shares.get(n, Share(n)) for n, _ in named]
-    plans = plan_models(host, models, chosen, policies)
-    return list(zip(asks, plans, strict=True))
+    plans = plan_models(host, models, chosen, [policy for policy, _ in applied])
+    pairs = zip(asks, plans, applied, strict=True)
+    return [(a, warned(p, ignored)) for a, p, (_, ignored) in pairs]
 
 
 def run(args: argparse.Namespace) -> int:
