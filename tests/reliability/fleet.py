@@ -12,10 +12,13 @@ policy (`--restart unless-stopped`) supervise the containers.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -167,3 +170,25 @@ class Fleet:
             subprocess.run(["nginx", "-s", "reload"], capture_output=True, check=False)
         # The containers' /dev/shm and /tmp (libiomp5 and vLLM leftovers) go with them.
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def deploy_then_remove(fleet: Fleet, log: Path) -> Iterator[subprocess.CompletedProcess]:
+    """deploy.yml's run for the fleet, its output kept in `log` (the whole story when it
+    fails), asserted to pass; then always taken down, nginx's default site put back and
+    nginx stopped again if this run started it."""
+    default_site = NGINX_DEFAULT_SITE.exists()
+    nginx_ran = Path("/run/nginx.pid").exists()
+    start = time.monotonic()
+    done = fleet.playbook("-v")
+    print(f"\ndeploy.yml ({fleet.deployment}): rc {done.returncode} in "
+          f"{time.monotonic() - start:.0f} s")  # fmt: skip
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(done.stdout)
+    try:
+        assert done.returncode == 0, f"see {log}: " + done.stdout[-4000:]
+        yield done
+    finally:
+        fleet.teardown(default_site)
+        if not nginx_ran and Path("/run/nginx.pid").exists():
+            subprocess.run(["nginx", "-s", "quit"], capture_output=True, check=False)

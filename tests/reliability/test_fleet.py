@@ -14,7 +14,6 @@ import re
 import signal
 import ssl
 import stat
-import subprocess
 import sys
 import threading
 import time
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, require, require_tool
-from fleet import API_KEY, HF_TOKEN, IMAGE, NGINX_DEFAULT_SITE, Fleet, docker
+from fleet import API_KEY, HF_TOKEN, IMAGE, Fleet, deploy_then_remove, docker
 from support.engine import wait_for
 from support.load import BackgroundLoad, LoadResult, run_load
 
@@ -82,22 +81,9 @@ def deployed(tmp_path_factory):
     from support.tiny_model import ensure_tiny_model
 
     ensure_image()
-    default_site = NGINX_DEFAULT_SITE.exists()
-    nginx_ran = Path("/run/nginx.pid").exists()
     fleet = Fleet(root=tmp_path_factory.mktemp("fleet"), model_dir=ensure_tiny_model())
-    start = time.monotonic()
-    done = fleet.playbook("-v")
-    print(f"\ndeploy.yml: rc {done.returncode} in {time.monotonic() - start:.0f} s")
-    log = REPO / ".cache" / "reliability-deploy.log"  # the whole story, when it fails
-    log.parent.mkdir(exist_ok=True)
-    log.write_text(done.stdout)
-    try:
-        assert done.returncode == 0, f"see {log}: " + done.stdout[-4000:]
+    with deploy_then_remove(fleet, REPO / ".cache" / "reliability-deploy.log") as done:
         yield fleet, [done.stdout]
-    finally:
-        fleet.teardown(default_site)
-        if not nginx_ran and Path("/run/nginx.pid").exists():
-            subprocess.run(["nginx", "-s", "quit"], capture_output=True, check=False)
 
 
 # -- least privilege, on the deployed containers ---------------------------------------

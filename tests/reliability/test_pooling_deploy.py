@@ -10,16 +10,14 @@ from __future__ import annotations
 import json
 import math
 import ssl
-import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import require
-from fleet import API_KEY, IMAGE, NGINX_DEFAULT_SITE, Fleet, docker
+from conftest import REPO, require
+from fleet import API_KEY, IMAGE, Fleet, deploy_then_remove, docker
 from support.embedding_model import ensure_embedding_model
 from test_fleet import ensure_image
 
@@ -69,8 +67,6 @@ def pooled(tmp_path_factory):
     playbook = Path(sys.executable).parent / "ansible-playbook"
     require(playbook.exists(), f"{playbook} missing (make venv)")
     ensure_image()
-    default_site = NGINX_DEFAULT_SITE.exists()
-    nginx_ran = Path("/run/nginx.pid").exists()
     fleet = Fleet(
         root=tmp_path_factory.mktemp("pooled"),
         model_dir=ensure_embedding_model(),
@@ -84,17 +80,8 @@ def pooled(tmp_path_factory):
             "zenvllm_instances_served_model_name": MODEL,
         },
     )
-    start = time.monotonic()
-    done = fleet.playbook("-v")
-    print(f"\ndeploy.yml of the embedding model: rc {done.returncode} in "
-          f"{time.monotonic() - start:.0f} s")  # fmt: skip
-    try:
-        assert done.returncode == 0, done.stdout[-6000:]
+    with deploy_then_remove(fleet, REPO / ".cache" / "reliability-pooled-deploy.log") as done:
         yield fleet, done.stdout
-    finally:
-        fleet.teardown(default_site)
-        if not nginx_ran and Path("/run/nginx.pid").exists():
-            subprocess.run(["nginx", "-s", "quit"], capture_output=True, check=False)
 
 
 def test_the_plan_serves_it_as_a_pooler_and_the_deploy_checked_it_so(pooled):
