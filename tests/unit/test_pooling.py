@@ -106,11 +106,15 @@ def test_a_node_too_small_for_an_encoder_is_refused_without_a_kv_minimum():
 def test_a_bare_docker_run_of_an_encoder_asks_vllm_for_the_pooling_runner(tmp_path):
     (tmp_path / "enc").mkdir()
     encoder = encoder_dir(tmp_path / "enc", BERT, ST_MODULES)
-    added = launcher.with_runner(launcher.parse_args(["--model", str(encoder), "--port", "8000"]))
+    host = synthetic_host("vcpus=8,ram_gib=32,numa=1,smt=1,cpu=genoa")
+    serve = launcher.parse_args(["--model", str(encoder), "--port", "8000"])
+    *_, model = launcher.plan_env(host, serve, "vllm-openai")  # the model read once
+    added = launcher.with_runner(serve, model)
     assert added.rest == ["--port", "8000", "--runner=pooling"]
     given = launcher.parse_args(["--model", str(encoder), "--runner", "generate"])
-    assert launcher.with_runner(given) == given  # the caller's own choice stands
+    assert launcher.with_runner(given, model) == given  # the caller's own choice stands
+    assert launcher.with_runner(serve, None) == serve  # a refused plan adds nothing
     (tmp_path / "gen").mkdir()
     generator = encoder_dir(tmp_path / "gen", {**BERT, "architectures": ["BertLMHeadModel"]}, None)
     plain = launcher.parse_args(["--model", str(generator)])
-    assert launcher.with_runner(plain) == plain
+    assert launcher.with_runner(plain, read_model(generator)) == plain

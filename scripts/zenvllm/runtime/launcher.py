@@ -20,6 +20,7 @@ import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from zenvllm.core import compile_cache, deployed, gate
 from zenvllm.core.accelerators import (
@@ -34,6 +35,9 @@ from zenvllm.core.host import Host
 from zenvllm.core.topology import format_cpu_list, parse_cpu_list
 from zenvllm.runtime import group
 from zenvllm.runtime.health import LISTEN_FILE
+
+if TYPE_CHECKING:  # read_model is imported where a bare run plans, not at start-up
+    from zenvllm.core.model import Model
 
 MANIFEST = Path("/etc/zenvllm/image.json")
 PREFIX = "zenvllm-launch:"
@@ -113,28 +117,24 @@ def with_dtype(serve: ServeArgs, host: Host) -> ServeArgs:
     return ServeArgs(serve.model, [*serve.rest, f"--dtype={serving_dtype(host).dtype}"])
 
 
-def with_runner(serve: ServeArgs) -> ServeArgs:
-    """The serve args with --runner=pooling where the model pools, as a deployment's plan
-    gives it (core/model.runner_of): vLLM's own auto would run a sentence-transformers
-    model over a decoder as a generator. A model the planner cannot read is plan_env's
-    to report."""
-    from zenvllm.core.model import POOLING, read_model
+def with_runner(serve: ServeArgs, model: Model | None) -> ServeArgs:
+    """The serve args with --runner=pooling where the planned model pools, as a
+    deployment's plan gives it (core/model.runner_of): vLLM's own auto would run a
+    sentence-transformers model over a decoder as a generator. The caller's --runner
+    stands; no model (the plan was refused) adds nothing."""
+    from zenvllm.core.model import POOLING
 
-    path = Path(serve.model)
-    if serve.option("--runner") is not None or not (path / "config.json").is_file():
-        return serve
-    try:
-        model = read_model(path)
-    except UserError:
-        return serve
-    if model.runner != POOLING:
+    if model is None or model.runner != POOLING or serve.option("--runner") is not None:
         return serve
     log(f"runner pooling: {model.runner_why}")
     return ServeArgs(serve.model, [*serve.rest, "--runner=pooling"])
 
 
-def plan_env(host: Host, serve: ServeArgs, target: str) -> tuple[dict[str, str], list[str], int]:
-    """The env a one-instance plan of this container wants, its notes and shm MiB."""
+def plan_env(
+    host: Host, serve: ServeArgs, target: str
+) -> tuple[dict[str, str], list[str], int, Model]:
+    """The env a one-instance plan of this container wants, its notes, shm MiB and the
+    model as read."""
     from zenvllm.core.model import Model, read_model
     from zenvllm.core.plan import Policy, make_plan
 
@@ -155,7 +155,7 @@ def plan_env(host: Host, serve: ServeArgs, target: str) -> tuple[dict[str, str],
     )
     plan = make_plan(host, model, policy)
     instance = plan.instances[0]
-    return dict(instance.env), [*plan.warnings, *plan.notes], instance.shm_size_mib
+    return dict(instance.env), [*plan.warnings, *plan.notes], instance.shm_size_mib, model
 
 
 # vLLM 0.32's two shared-memory message queues take 10 x 16 MiB + 10 x 24 MiB
@@ -360,14 +360,18 @@ def check_deployed(env: dict[str, str], host: Host, target: str) -> int:
     return promise.shm_mib
 
 
-def plan_here(env: dict[str, str], host: Host, serve: ServeArgs, target: str) -> int:
-    """A bare `docker run`: plan this container and fill what the env leaves unset."""
+def plan_here(
+    env: dict[str, str], host: Host, serve: ServeArgs, target: str
+) -> tuple[int, Model | None]:
+    """A bare `docker run`: plan this container and fill what the env leaves unset; its
+    shm MiB and the model as read (None when the plan was refused)."""
+    model: Model | None
     try:
-        planned, notes, shm_mib = plan_env(host, serve, target)
+        planned, notes, shm_mib, model = plan_env(host, serve, target)
     except UserError as err:
         if env.get("VLLM_CPU_KVCACHE_SPACE") and env.get("VLLM_CPU_OMP_THREADS_BIND"):
             log(f"plan refused ({err}); going on with the sizes given in the environment")
-            planned, notes, shm_mib = {}, [], SHM_MIN_MIB
+            planned, notes, shm_mib, model = {}, [], SHM_MIN_MIB, None
         else:
             raise
     for note in notes:
@@ -377,7 +381,7 @@ def plan_here(env: dict[str, str], host: Host, serve: ServeArgs, target: str) ->
     env.update(merged)
     for line in lines:
         log(line)
-    return shm_mib
+    return shm_mib, model
 
 
 def prepare(argv: list[str], env: dict[str, str], host: Host, manifest: dict) -> list[str]:
@@ -393,8 +397,8 @@ def prepare(argv: list[str], env: dict[str, str], host: Host, manifest: dict) ->
     if env.get(deployed.ENV_KEY):
         shm_mib = check_deployed(env, host, target)
     else:
-        shm_mib = plan_here(env, host, asked, target)
-        serve = with_runner(serve)
+        shm_mib, model = plan_here(env, host, asked, target)
+        serve = with_runner(serve, model)
 
     problem = bind_problem(env.get("VLLM_CPU_OMP_THREADS_BIND", ""), host.allowed_cpus)
     problem = problem or shm_problem(shm_free(env.get("ZENVLLM_SHM", "/dev/shm")), shm_mib)
