@@ -135,6 +135,7 @@ def test_two_core_machine_folds_identical_layouts():
     assert set(by_name) == {
         "stock",
         "auto",
+        "auto-stock-bind",  # auto's containers, vLLM's default binding in them
         "two-per-node",
         "zen-auto",
         "pace-auto",  # another image: never folded into auto
@@ -148,6 +149,10 @@ def test_two_core_machine_folds_identical_layouts():
     # Under 8 cores without SMT, OpenMP gets every core of the slice (vLLM's auto keeps one).
     assert [(s.cpus, s.omp_bind) for s in by_name["auto"].servers] == [("0-1", "0-1")]
     assert by_name["auto"].shape == "1 x 2 CPUs"
+    unbound = by_name["auto-stock-bind"]
+    assert [(s.cpus, s.omp_bind) for s in unbound.servers] == [("0-1", "auto")]
+    assert unbound.servers[0].env["VLLM_CPU_OMP_THREADS_BIND"] == "auto"
+    assert unbound.serve_env == (("VLLM_CPU_OMP_THREADS_BIND", "auto"),)
     assert any("single: identical to auto" in n for n in notes)
     assert [(s.cpus, s.omp_bind) for s in by_name["two-per-node"].servers] == [
         ("0", "0"),

@@ -80,3 +80,29 @@ def test_a_run_with_serve_env_sets_no_floor(recorded, half_b):
     experiment = copy.deepcopy(half_b)
     experiment["meta"]["serve_env"] = {"VLLM_CPU_OMP_THREADS_BIND": "auto"}
     assert guard.floor([experiment], "bench-0.5b", 2) is None
+
+
+def test_config_judges_another_configuration_of_the_run_as_the_plan(recorded, half_b):
+    """--config NAME: the run's NAME over its stock, against the plan's recorded floor
+    (CI's sabotaged plan, auto-stock-bind, measured beside auto in the same run)."""
+    run = copy.deepcopy(half_b)
+    stock = {r["repeat"]: r["output_tok_s"] for r in half_b["runs"] if r["config"] == "stock"}
+    run["runs"] += [
+        {"config": "auto-stock-bind", "repeat": n, "output_tok_s": tok_s * 1.05}
+        for n, tok_s in stock.items()
+    ]
+    ok, sentence = guard.judge(run, recorded, "auto-stock-bind")
+    assert not ok and sentence.startswith("speed guard FAILED: auto-stock-bind / stock = 1.050x")
+    assert guard.judge(run, recorded)[0]  # the plan itself, in the same run, holds
+    assert guard.judge(run, recorded, "no-such")[1].startswith("no no-such and stock figures")
+
+
+def test_the_command_judges_the_configuration_it_is_given(tmp_path, half_b, capsys):
+    run = copy.deepcopy(half_b)
+    run["runs"] += [
+        {**r, "config": "auto-stock-bind"} for r in half_b["runs"] if r["config"] == "stock"
+    ]
+    (tmp_path / "results.json").write_text(json.dumps(run))
+    assert guard.main([str(tmp_path)]) == 0
+    assert guard.main([str(tmp_path), "--config", "auto-stock-bind"]) == 1
+    assert "speed guard FAILED: auto-stock-bind / stock = 1.000x" in capsys.readouterr().out

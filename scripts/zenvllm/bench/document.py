@@ -33,6 +33,7 @@ def configs_from_dicts(items: list[dict]) -> list[Configuration]:
                 target=d["target"],
                 servers=servers,
                 same_as=tuple(d["same_as"]),
+                serve_env=tuple((k, v) for k, v in d.get("serve_env", ())),
             )
         )
     return out

@@ -7,7 +7,10 @@ compiled mode. The floor is the lowest ratio a recorded repeat reached less the 
 recorded repeats (across runs and machines), so a run as good as the recorded ones
 passes and a planner that lost its advantage (about 1.0x on 2 cores) fails.
 
-    python -m zenvllm.bench.guard OUT [--recorded docs/bench]
+    python -m zenvllm.bench.guard OUT [--recorded docs/bench] [--config auto]
+
+--config judges another configuration of the run as if it were the plan: CI's sabotaged
+plan (auto-stock-bind, the planner's layout with stock's thread binding) must fail.
 """
 
 from __future__ import annotations
@@ -25,15 +28,15 @@ RECORDED = data.ROOT.parent.parent / "docs" / "bench"
 FIX = "run `zenvllm bench --configs stock,auto` into it again"
 
 
-def repeat_ratios(doc: dict) -> list[float]:
-    """The planner's output tok/s over stock's, repeat by repeat."""
+def repeat_ratios(doc: dict, config: str = PLANNER) -> list[float]:
+    """The configuration's output tok/s over stock's, repeat by repeat."""
     by = {
         (r["config"], r["repeat"]): r["output_tok_s"]
         for r in doc.get("runs", [])
         if r.get("output_tok_s", 0) > 0
     }
-    repeats = sorted({rep for (config, rep) in by if config == PLANNER})
-    return [by[PLANNER, n] / by[BASELINE, n] for n in repeats if (BASELINE, n) in by]
+    repeats = sorted({rep for (name, rep) in by if name == config})
+    return [by[config, n] / by[BASELINE, n] for n in repeats if (BASELINE, n) in by]
 
 
 def comparable(doc: dict, model: str, cpus: int) -> bool:
@@ -61,12 +64,13 @@ def floor(recorded: list[dict], model: str, cpus: int) -> tuple[float, str] | No
     return round(min(pooled) - spread, 3), basis
 
 
-def judge(doc: dict, recorded: list[dict]) -> tuple[bool, str]:
-    """Whether this run keeps the planner's advantage, and the sentence that says so."""
+def judge(doc: dict, recorded: list[dict], config: str = PLANNER) -> tuple[bool, str]:
+    """Whether this run's `config` keeps the planner's recorded advantage over stock, and
+    the sentence that says so."""
     meta = doc["meta"]
-    ratios = repeat_ratios(doc)
+    ratios = repeat_ratios(doc, config)
     if not ratios:
-        return False, f"no {PLANNER} and {BASELINE} figures of one run to compare; {FIX}"
+        return False, f"no {config} and {BASELINE} figures of one run to compare; {FIX}"
     found = floor(recorded, meta["model"], meta["cpus"])
     if found is None:
         return False, (
@@ -77,7 +81,7 @@ def judge(doc: dict, recorded: list[dict]) -> tuple[bool, str]:
     ratio = statistics.median(ratios)
     verdict = "holds" if ratio >= limit else "FAILED"
     return ratio >= limit, (
-        f"speed guard {verdict}: {PLANNER} / {BASELINE} = {ratio:.3f}x in this run, floor "
+        f"speed guard {verdict}: {config} / {BASELINE} = {ratio:.3f}x in this run, floor "
         f"{limit:.3f}x: the lowest of {basis} less their spread"
     )
 
@@ -94,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m zenvllm.bench.guard", description=__doc__)
     parser.add_argument("out", type=Path, help="the bench's output directory (results.json)")
     parser.add_argument("--recorded", type=Path, default=RECORDED)
+    parser.add_argument("--config", default=PLANNER, help="the configuration judged as the plan")
     args = parser.parse_args(argv)
     try:
         doc = read_result(args.out / "results.json")
@@ -101,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     except gate.InputError as err:
         print(f"speed guard: {err}", file=sys.stderr)
         return 2
-    ok, sentence = judge(doc, recorded)
+    ok, sentence = judge(doc, recorded, args.config)
     print(sentence)
     return 0 if ok else 1
 

@@ -56,6 +56,7 @@ class Spec:
     instances: int | str | None = None
     layout: str = "contiguous"
     gguf: str = ""  # llamacpp: the GGUF type its weights are converted to
+    env: tuple[tuple[str, str], ...] = ()  # plan: over each instance's planned env
 
 
 CATALOGUE = (
@@ -70,6 +71,14 @@ CATALOGUE = (
         "plan",
         "planner's auto instance count, interleaved cores",
         layout="interleaved",
+    ),
+    # The plan without its thread binding (vLLM's default, as stock runs): what the
+    # binding alone buys; the speed guard's sabotaged plan (bench/guard.py --config).
+    Spec(
+        "auto-stock-bind",
+        "plan",
+        "planner's auto layout with vLLM's default thread binding (auto), as stock has",
+        env=(("VLLM_CPU_OMP_THREADS_BIND", "auto"),),
     ),
     Spec("zen-auto", "plan", "zen image, the planner's auto layout", target="zen"),
     Spec("zen-single", "plan", "zen image, one instance on all cores", target="zen", instances=1),
@@ -147,6 +156,7 @@ class Configuration:
     target: str
     servers: tuple[Server, ...] = ()
     same_as: tuple[str, ...] = ()  # catalogue entries identical to this one on this host
+    serve_env: tuple[tuple[str, str], ...] = ()  # the spec's env over the plan's (Spec.env)
 
     @property
     def shape(self) -> str:
@@ -234,6 +244,14 @@ def servers_of(plan: Plan) -> tuple[Server, ...]:
         )
         for i in plan.instances
     )
+
+
+def with_env(server: Server, env: dict[str, str]) -> Server:
+    """A planner server with env over its planned one (its binding included)."""
+    if not env:
+        return server
+    bind = env.get("VLLM_CPU_OMP_THREADS_BIND", server.omp_bind)
+    return replace(server, omp_bind=bind, env={**server.env, **env})
 
 
 def ranks_server(plan: Plan, port: int, kind: str) -> Server:
@@ -403,9 +421,11 @@ def resolve(
             servers = (
                 (ranks_server(plan, base_port, spec.kind),)
                 if spec.kind in RANK_FLAGS
-                else servers_of(plan)
+                else tuple(with_env(s, dict(spec.env)) for s in servers_of(plan))
             )
-            config = Configuration(name, spec.kind, spec.summary, spec.target, servers)
+            config = Configuration(
+                name, spec.kind, spec.summary, spec.target, servers, serve_env=spec.env
+            )
         twin = next(
             (c for c in configs if c.kind != "gateway" and c.signature() == config.signature()),
             None,

@@ -250,7 +250,7 @@ def start_servers(
             # Stock keeps vLLM's own command but for a cache given with --compile-cache.
             compile_cache_dir=settings.compile_cache_dir
             or (str(raw / RUN_CACHE) if s.instance else ""),
-            extra_env=settings.serve_env,
+            extra_env={**settings.serve_env, **dict(config.serve_env)},
             target=config.target,
         )
         spec = (
