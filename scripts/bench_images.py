@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
 
 from zenvllm.image import baseimage, build, render  # noqa: E402
-from zenvllm.image.engine import Cli  # noqa: E402
+from zenvllm.runtime.engine import Cli  # noqa: E402
 
 NAIVE = """\
 # The blog's recipe, in one stage: build tools and media libraries stay in the image.

@@ -20,8 +20,8 @@ from zenvllm.bench import http_client, layouts
 from zenvllm.bench.layouts import Configuration
 from zenvllm.core import gate
 from zenvllm.core.observed import PLATFORM_CODE, PLATFORMS
-from zenvllm.image.engine import DOCKER
 from zenvllm.runtime import launcher
+from zenvllm.runtime.engine import DOCKER
 
 PROFILE_MOUNT = "/profile"
 # Idle until /start_profile; no Python stacks (smaller traces), the API server left out.

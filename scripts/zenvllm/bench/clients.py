@@ -14,7 +14,7 @@ from zenvllm.bench import http_client, launch, results
 from zenvllm.bench.workloads import Workload
 from zenvllm.core import gate
 from zenvllm.core.errors import UserError
-from zenvllm.image.engine import DOCKER
+from zenvllm.runtime.engine import DOCKER
 
 
 def tokens_predicted(url: str) -> int:

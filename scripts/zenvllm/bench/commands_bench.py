@@ -19,7 +19,7 @@ from zenvllm.core.host import GIB, Host
 from zenvllm.core.model import Model, read_model
 from zenvllm.core.topology import read_host
 from zenvllm.image import baseimage, outputs, peers, render
-from zenvllm.image.engine import DOCKER
+from zenvllm.runtime.engine import DOCKER
 
 DEFAULT_MAX_MODEL_LEN = 512
 

@@ -39,7 +39,7 @@ from zenvllm.bench.workloads import Workload
 from zenvllm.core import request
 from zenvllm.core.errors import UserError
 from zenvllm.image import outputs
-from zenvllm.image.engine import DOCKER
+from zenvllm.runtime.engine import DOCKER
 from zenvllm.runtime.health import healthy
 
 # The roofline's meta when the bandwidth is unknown: no roofline rows.

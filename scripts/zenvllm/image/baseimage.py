@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from zenvllm.core.errors import UserError
-from zenvllm.image.engine import Cli
+from zenvllm.runtime.engine import Cli
 
 DEFAULT_SUITE = "bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"  # plain HTTP: the TLS proxy leaves it alone

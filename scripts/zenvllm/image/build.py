@@ -21,7 +21,7 @@ from pathlib import Path
 
 from zenvllm.core import gate
 from zenvllm.core.errors import UserError
-from zenvllm.image.engine import Cli
+from zenvllm.runtime.engine import Cli
 
 ENGINES = ("auto", "docker", "podman")
 # podman's default rlimits fail here ("error setting rlimit type 7"), for builds and runs.

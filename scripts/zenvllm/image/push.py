@@ -18,7 +18,7 @@ from pathlib import Path
 
 from zenvllm.core import gate
 from zenvllm.core.errors import UserError
-from zenvllm.image.engine import Cli
+from zenvllm.runtime.engine import Cli
 
 DOCKER_HUB = "docker.io"
 # Where each engine looks for a registry's CA (read at each push: no restart needed).

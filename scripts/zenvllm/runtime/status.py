@@ -26,6 +26,7 @@ from zenvllm.core.host import ISA_FLAGS
 from zenvllm.core.observed import Planned, Seen
 from zenvllm.core.topology import parse_cpu_list, parse_cpuinfo
 from zenvllm.runtime import amx, health
+from zenvllm.runtime.engine import Cli
 
 # vLLM's gauges and counter the view shows (its Prometheus names).
 RUNNING, WAITING, TOKENS = (
@@ -39,13 +40,14 @@ FIX = "is this host's engine running, and does zenvllm status run as root?"
 def docker(*args: str, timeout: float = 60, both: bool = False) -> str:
     """The engine's answer (DOCKER_HOST as set), with its stderr too if `both`; a
     UserError naming the command else."""
-    argv = [os.environ.get("ZENVLLM_DOCKER", "docker"), *args]
+    engine = Cli()
+    command = " ".join([engine.binary, *args][:3])
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        raise UserError(f"{' '.join(argv[:3])}: {err}; {FIX}") from None
+        done = engine.run(*args, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired, UserError) as err:  # UserError: no binary
+        raise UserError(f"{command}: {err}; {FIX}") from None
     if done.returncode != 0:
-        raise UserError(f"{' '.join(argv[:3])}: {done.stderr.strip()[:300]}; {FIX}")
+        raise UserError(f"{command}: {done.stderr.strip()[:300]}; {FIX}")
     return done.stdout + done.stderr if both else done.stdout
 
 

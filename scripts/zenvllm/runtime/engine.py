@@ -1,19 +1,21 @@
 """The one way zenvllm runs a container engine's command line (docker or podman).
 
-Every engine command in the package goes through a `Cli`: `run` captures the
-output; `started` and `call` send it to a file or a pipe (builds) and kill the
-command if the caller is interrupted; `stream` starts one the caller watches
-itself (benchmark clients, with their own deadline). One place finds
-the binary, says how to get one when it is missing, and turns a failure the
+Every engine command in the package, on the controller and on a host (the runtime
+layer ships in the zipapp), goes through a `Cli`; its binary is `docker` unless
+ZENVLLM_DOCKER names another (the status timer's unit sets it from the role).
+`run` captures the output; `started` and `call` send it to a file or a pipe (builds)
+and kill the command if the caller is interrupted; `stream` starts one the caller
+watches itself (benchmark clients, with their own deadline). One place finds the binary, says how to get one when it is missing, and turns a failure the
 caller cannot go on from into an error that names the command.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO
 
 from zenvllm.core.errors import UserError
@@ -21,7 +23,7 @@ from zenvllm.core.errors import UserError
 
 @dataclass(frozen=True)
 class Cli:
-    binary: str = "docker"
+    binary: str = field(default_factory=lambda: os.environ.get("ZENVLLM_DOCKER", "docker"))
     env: Mapping[str, str] | None = None  # e.g. DOCKER_BUILDKIT=1 for a pre-23 client
 
     def _missing(self) -> UserError:
