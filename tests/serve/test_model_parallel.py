@@ -38,7 +38,7 @@ from zenvllm.core.container import Container, container_of
 from zenvllm.core.host import GIB, Host, Node
 from zenvllm.core.model import read_model
 from zenvllm.core.plan import Instance, Policy, make_plan
-from zenvllm.core.request import Request
+from zenvllm.core.request import DEFAULT, Request
 from zenvllm.core.topology import read_host
 from zenvllm.runtime.health import healthy
 
@@ -86,6 +86,9 @@ def request_for(image: str, work: Path, **asked) -> Request:
 
 def start(container: Container) -> None:
     Path(container.env_file).write_text(container.env_text)
+    if container.cache_dir:  # as the instances role makes it: the image's user writes it
+        Path(container.cache_dir).mkdir(parents=True, exist_ok=True)
+        os.chown(container.cache_dir, *(int(i) for i in DEFAULT.user.split(":")))
     engine.docker(*container.run_args)
 
 
@@ -185,7 +188,14 @@ def test_a_copy_cut_into_two_stages_answers_as_the_whole_copy_and_heals(image, w
     assert plans[0].notes[0].startswith("pipeline parallel 2:")
     # vLLM 0.32 fails a pipeline without its compile warm-up: no --enforce-eager here.
     # The engine restarts a member that stops, as systemd does in a deployment.
-    asked = {"serve_args": (), "supervisor": "engine", "head_address": "127.0.0.1"}
+    # Compiled once into caches kept between runs (a stage restarted after its kill
+    # loads what it compiled, as in a deployment).
+    asked = {
+        "serve_args": (),
+        "supervisor": "engine",
+        "head_address": "127.0.0.1",
+        "compile_cache_dir": str(engine.kept_compile_cache(image, "pipeline")),
+    }
     head = container_of(head_plan, request_for(image, tmp_path / "head", **asked))
     worker = container_of(
         worker_plan, request_for(image, tmp_path / "worker", host_rank=1, **asked)

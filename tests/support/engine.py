@@ -8,8 +8,10 @@ always removed.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -21,12 +23,16 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from zenvllm.core import compile_cache
 from zenvllm.core.errors import UserError
+from zenvllm.core.request import DEFAULT
 from zenvllm.core.topology import format_cpu_list
-from zenvllm.image.engine import Cli
+from zenvllm.runtime.engine import Cli
 
 REPO = Path(__file__).resolve().parent.parent.parent
 ZENVLLM = [sys.executable, "-m", "zenvllm"]
+# The serve and image tiers' compile caches, kept between runs under $ZENVLLM_CACHE.
+COMPILE_CACHES = "compile-serve"
 WHEELHOUSE = os.environ.get("ZENVLLM_WHEELHOUSE", "/opt/wheels")
 EXTRA_CA = os.environ.get("ZENVLLM_EXTRA_CA_CERTS", "/usr/local/share/ca-certificates")
 
@@ -151,16 +157,53 @@ def container(image: str, *args: str, run_opts: tuple[str, ...] = ()) -> Iterato
         docker("rm", "-f", name, check=False)
 
 
-def serve(image: str, model: Path, port: int, *extra: str, run_opts: tuple[str, ...] = ()):
+def serve(
+    image: str,
+    model: Path,
+    port: int,
+    *extra: str,
+    run_opts: tuple[str, ...] = (),
+    keep_compiled: bool = True,
+):
     """`docker run IMAGE --model /model` as a user runs it: the model mounted read-only,
     no --shm-size and no VLLM_CPU_* env (the launcher plans them), `extra` vLLM arguments
-    after the usual ones. A context manager, like `container`."""
+    after the usual ones, and a compile cache volume, as the launcher asks for (kept
+    between runs: kept_compile_cache; keep_compiled=False where a start's time is
+    measured). A context manager, like `container`."""
+    # Keyed by what is served, not by the port or the run's paths: the same next run.
+    cache = (
+        ("-v", f"{kept_compile_cache(image, str(model), *extra)}:{CACHE_MOUNT}")
+        if keep_compiled
+        else ()
+    )
     return container(
         image,
         *("--model", "/model", "--port", str(port), "--max-model-len", "512"),
         *extra,  # no --dtype: the launcher serves what this CPU computes natively
-        run_opts=(*run_opts, "-v", f"{model}:/model:ro"),
+        run_opts=(*run_opts, *cache, "-v", f"{model}:/model:ro"),
     )
+
+
+CACHE_MOUNT = compile_cache.CONTAINER_DIR
+
+
+def kept_compile_cache(image: str, *what: str) -> Path:
+    """A compile cache directory kept between runs, owned by the image's user: one per
+    image build (its ID) and per server (`what` it serves), so a second run of a tier
+    starts warm, as a deployment's restart does. vLLM and
+    Inductor key what they compile inside it. Directories of builds the engine no longer
+    has are removed (all under COMPILE_CACHES is the tests' own)."""
+    root = Path(engine_env()["ZENVLLM_CACHE"]) / COMPILE_CACHES
+    build = image_id(image).split(":")[-1][:12]
+    for old in root.iterdir() if root.is_dir() else ():
+        gone = docker("image", "inspect", old.name, check=False).returncode != 0
+        if old.name != build and gone:
+            shutil.rmtree(old, ignore_errors=True)
+    path = root / build / hashlib.sha256(json.dumps(what).encode()).hexdigest()[:16]
+    path.mkdir(parents=True, exist_ok=True)
+    uid, gid = (int(i) for i in DEFAULT.user.split(":"))
+    os.chown(path, uid, gid)
+    return path
 
 
 def logs(name: str) -> str:
