@@ -88,7 +88,7 @@ lint: venv
 	$(BIN)/ruff check scripts tests ansible
 	$(BIN)/ruff format --check scripts tests ansible
 	$(BIN)/vermin -q --no-tips --eval-annotations --violations -t=3.10- $(HOST_LAYERS)
-	MYPYPATH=scripts $(BIN)/mypy --strict --python-version 3.10 --cache-dir .cache/mypy -p zenvllm.core
+	MYPYPATH=scripts $(BIN)/mypy --strict --python-version 3.10 --cache-dir .cache/mypy -p zenvllm.core -p zenvllm.runtime
 
 unit: venv
 	$(PYTEST) -q tests/unit

@@ -44,7 +44,7 @@ PTH_LINE = "import zenvllm.runtime.amx as amx; amx.request_at_start()\n"
 AT_START: AmxState | None = None
 
 
-def _arch_prctl(code: int, arg) -> tuple[int, int]:
+def _arch_prctl(code: int, arg: object) -> tuple[int, int]:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
     rc = libc.syscall(SYS_ARCH_PRCTL, code, arg)

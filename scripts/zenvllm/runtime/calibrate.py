@@ -19,8 +19,10 @@ import ctypes
 import multiprocessing
 import os
 import time
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from zenvllm.core import gate
 from zenvllm.core.calibration import DEFAULT_PATH, Calibration, NodeFigure, StepFigure, parse
@@ -29,13 +31,17 @@ from zenvllm.core.errors import UserError
 from zenvllm.core.host import GIB, MIB, Host
 from zenvllm.core.model import read_model, safetensors_spans, shards
 
+if TYPE_CHECKING:  # the types of what a fork context makes, imported only to name them
+    from multiprocessing.queues import Queue
+    from multiprocessing.synchronize import Barrier
+
 READ_CHUNK = 4 * MIB  # read into a buffer that stays in the core's L2/L3
 Span = tuple[str, int, int]  # file, first byte, end
 
 BUFFER_MIB = 64  # per buffer, two per process: beyond any core's share of an L3
 
 
-def copy_rate(cpu: int, nbytes: int, seconds: float, start, results) -> None:
+def copy_rate(cpu: int, nbytes: int, seconds: float, start: Barrier, results: Queue[float]) -> None:
     """In a child process: memmove on one CPU for `seconds`; bytes moved per second."""
     os.sched_setaffinity(0, {cpu})
     src = ctypes.create_string_buffer(nbytes)  # zero-filled: every page is touched
@@ -49,7 +55,9 @@ def copy_rate(cpu: int, nbytes: int, seconds: float, start, results) -> None:
     results.put(moved / (now - began))
 
 
-def in_parallel(work, jobs: list[tuple], timeout: float) -> list:
+def in_parallel(
+    work: Callable[..., None], jobs: Sequence[tuple[object, ...]], timeout: float
+) -> list[float]:
     """`work(*job, start, results)` in one forked process per job, released together by
     a barrier; what each put in `results`."""
     ctx = multiprocessing.get_context("fork")
@@ -108,7 +116,9 @@ def read_pass(spans: list[Span], buf: bytearray) -> None:
                 start += got
 
 
-def pass_time(cpu: int, spans: list[Span], seconds: float, start, results) -> None:
+def pass_time(
+    cpu: int, spans: list[Span], seconds: float, start: Barrier, results: Queue[float]
+) -> None:
     """In a child process: read its spans on one CPU, again and again for `seconds`;
     seconds per pass."""
     os.sched_setaffinity(0, {cpu})
@@ -182,5 +192,7 @@ def read(path: Path | None, live: bool) -> tuple[Calibration | None, str]:
         if not live or not Path(DEFAULT_PATH).is_file():
             return None, ""
         path = Path(DEFAULT_PATH)
-    text = gate.read_text(path, gate.SMALL, "give --calibration a file `zenvllm calibrate` wrote")
+    text = cast(
+        str, gate.read_text(path, gate.SMALL, "give --calibration a file `zenvllm calibrate` wrote")
+    )
     return parse(text, str(path)), str(path)

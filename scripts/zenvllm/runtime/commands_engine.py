@@ -15,7 +15,7 @@ def run_engine(args: argparse.Namespace) -> int:
     return hostengine.main(args.rest)
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "engine",
         help="which container engine serves this host (engine decide|socket|record -h)",

@@ -16,6 +16,7 @@ import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import cast
 
 from zenvllm.core import gate, modelfiles
 from zenvllm.core.modelfiles import Files, Steps
@@ -28,7 +29,7 @@ def wanted(args: argparse.Namespace) -> Files:
         return modelfiles.parse_manifest(text, "the manifest on stdin")
     path = Path(args.manifest)
     return modelfiles.parse_manifest(
-        gate.read_text(path, gate.DOCUMENT, modelfiles.MANIFEST_FIX), str(path)
+        cast(str, gate.read_text(path, gate.DOCUMENT, modelfiles.MANIFEST_FIX)), str(path)
     )
 
 
@@ -62,7 +63,7 @@ def verify(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "model", help="a model directory's manifest, and its delivery to this host"
     )

@@ -8,6 +8,7 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from zenvllm.core import arguments, calibration, gate, request
 from zenvllm.core.arguments import NAME, real, whole
@@ -58,7 +59,7 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
         into = groups[spec.exclusive] if spec.exclusive else parser
         flags = [spec.flag, *(["--name-prefix"] if name == "deployment" else [])]
         shown = json.dumps(default) if default not in ("", 0) else "none"
-        how: dict = {"dest": name, "default": argparse.SUPPRESS}
+        how: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS}
         if name == "model_dir":  # given more than once: NAME=DIR, several models (MODELS)
             how |= {"action": "append", "metavar": "[NAME=]DIR", "help": f"{spec.help}; {MODELS}"}
         elif request.kind(name) == "bool":
@@ -270,7 +271,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("plan", help="decide instances, cores, memory, KV cache")
     add_plan_options(parser)
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from zenvllm.core import arguments, gate, observed
 from zenvllm.core.errors import UserError
@@ -41,13 +42,13 @@ def cell(value: object) -> str:
     )
 
 
-def cpus(rows: list[dict]) -> list[str]:
+def cpus(rows: list[dict[str, Any]]) -> list[str]:
     """Each host's CPU, once: its generation and ISA say what speed to expect."""
     seen = {r["host"]: r for r in rows if r.get("cpu")}
     return [f"{h}: {r['cpu']}; {' '.join(r.get('isa') or ['no AVX2'])}" for h, r in seen.items()]
 
 
-def render(rows: list[dict]) -> str:
+def render(rows: list[dict[str, Any]]) -> str:
     """Each host's CPU, the table, then each drifted instance's problems."""
     if not rows:
         return "no zenvllm instances"
@@ -114,7 +115,7 @@ def quoted(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def exposition(rows: list[dict]) -> str:
+def exposition(rows: list[dict[str, Any]]) -> str:
     """The rows as Prometheus metrics, one series per instance; vLLM's backend as an
     info metric whose labels say what ran against what the target wanted."""
     out = []
@@ -143,7 +144,7 @@ def exposition(rows: list[dict]) -> str:
     return "\n".join(out) + "\n"
 
 
-def series(row: dict) -> str:
+def series(row: dict[str, Any]) -> str:
     """The instance's labels; model_name and vllm_instance (vLLM's scrape address) are
     those of vLLM's own series, so a dashboard filters both alike."""
     keys = (
@@ -204,7 +205,7 @@ FIELDS = {
 }
 
 
-def rows_from(path: Path) -> tuple[list[dict], dict[str, bool] | None]:
+def rows_from(path: Path) -> tuple[list[dict[str, Any]], dict[str, bool] | None]:
     """The rows of several hosts and the router's /workers answer, as the status
     playbook gathers them: {"rows": [...], "workers": {...} or null}."""
     fix = "give --from the file the status playbook writes (rows from `status --json`)"
@@ -256,7 +257,7 @@ def run(args: argparse.Namespace) -> int:
     return 0 if all((r["placement"], r["health"], r["router"]) in ok for r in rows) else 1
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "status", help="each instance on this host: placement, backend, health, load"
     )

@@ -50,7 +50,8 @@ def run(verbs: tuple[ModuleType, ...], argv: list[str] | None, prog: str = "zenv
     args = build_parser(verbs, prog).parse_args(argv)
     previous = signal.signal(signal.SIGTERM, interrupted)
     try:
-        return args.func(args)
+        code: int = args.func(args)
+        return code
     except UserError as err:
         print(f"zenvllm {args.verb}: error: {err}", file=sys.stderr)
         return 2

@@ -327,7 +327,7 @@ def render(host: Host, checks: list[Check]) -> str:
     return "\n".join(lines)
 
 
-def to_dict(host: Host, checks: list[Check]) -> dict:
+def to_dict(host: Host, checks: list[Check]) -> dict[str, object]:
     return {
         "source": host.source,
         "vendor": host.vendor,

@@ -5,8 +5,9 @@ layer ships in the zipapp), goes through a `Cli`; its binary is `docker` unless
 ZENVLLM_DOCKER names another (the status timer's unit sets it from the role).
 `run` captures the output; `started` and `call` send it to a file or a pipe (builds)
 and kill the command if the caller is interrupted; `stream` starts one the caller
-watches itself (benchmark clients, with their own deadline). One place finds the binary, says how to get one when it is missing, and turns a failure the
-caller cannot go on from into an error that names the command.
+watches itself (benchmark clients, with their own deadline). One place finds the binary,
+says how to get one when it is missing, and turns a failure the caller cannot go on from
+into an error that names the command.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ class Cli:
         *args: str,
         timeout: float | None = 120,
         check: bool = False,
-        stdin: IO | None = None,
-    ) -> subprocess.CompletedProcess:
+        stdin: IO[bytes] | None = None,
+    ) -> subprocess.CompletedProcess[str]:
         """The command's result, output captured as text; with `check`, a failure raises
         RuntimeError naming the command and the engine's own words."""
         try:
@@ -66,7 +67,9 @@ class Cli:
         return self.run(*args).stdout.split()
 
     @contextmanager
-    def started(self, *args: str, out: IO | int) -> Iterator[subprocess.Popen]:
+    def started(
+        self, *args: str, out: IO[str] | IO[bytes] | int
+    ) -> Iterator[subprocess.Popen[bytes]]:
         """The running command, its output to `out` (a file or subprocess.PIPE). Whatever
         interrupts the caller (an error, Ctrl-C, SIGTERM as KeyboardInterrupt) kills the
         command rather than waiting for it: an interrupted build must not go on to tag."""
@@ -77,12 +80,12 @@ class Cli:
                 proc.kill()
                 raise
 
-    def call(self, *args: str, out: IO) -> int:
+    def call(self, *args: str, out: IO[str] | IO[bytes]) -> int:
         """Run the command with its output to `out`; its exit status."""
         with self.started(*args, out=out) as proc:
             return proc.wait()
 
-    def stream(self, *args: str, out: IO | int) -> subprocess.Popen:
+    def stream(self, *args: str, out: IO[str] | IO[bytes] | int) -> subprocess.Popen[bytes]:
         """Start the command with stdout and stderr going to `out`; the caller waits."""
         try:
             return subprocess.Popen(

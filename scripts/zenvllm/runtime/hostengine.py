@@ -149,7 +149,7 @@ def refuse(message: str) -> Choice:
 # bounded in time; a record is read only from a regular file (a FIFO would block).
 
 
-def run(argv: list[str], timeout: float, env: dict | None = None) -> tuple[int, str]:
+def run(argv: list[str], timeout: float, env: dict[str, str] | None = None) -> tuple[int, str]:
     """A command's exit status and standard output; (-1, "") when it is missing or hangs."""
     try:
         proc = subprocess.run(

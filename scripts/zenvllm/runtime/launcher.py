@@ -18,9 +18,10 @@ import re
 import shutil
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from zenvllm.core import compile_cache, deployed, gate
 from zenvllm.core.accelerators import (
@@ -228,11 +229,11 @@ def merge_env(env: dict[str, str], planned: dict[str, str]) -> tuple[dict[str, s
 
 
 # -- runtime checks ------------------------------------------------------------
-def missing_preloads(ld_preload: str, exists=os.path.exists) -> list[str]:
+def missing_preloads(ld_preload: str, exists: Callable[[str], bool] = os.path.exists) -> list[str]:
     return [lib for lib in re.split(r"[:\s]+", ld_preload) if lib and not exists(lib)]
 
 
-def read_manifest(path: Path = MANIFEST) -> dict:
+def read_manifest(path: Path = MANIFEST) -> dict[str, Any]:
     """The image's own record of what it holds; {} outside an image."""
     data = gate.read_json(path, gate.SMALL, "rebuild the image", optional=True)
     return data if isinstance(data, dict) else {}
@@ -384,7 +385,9 @@ def plan_here(
     return shm_mib, model
 
 
-def prepare(argv: list[str], env: dict[str, str], host: Host, manifest: dict) -> list[str]:
+def prepare(
+    argv: list[str], env: dict[str, str], host: Host, manifest: dict[str, Any]
+) -> list[str]:
     """Everything but the exec: logs, env updates in place, the argv for vLLM."""
     serve = parse_args(argv)
     target = env.get("ZENVLLM_TARGET") or manifest.get("target") or "vllm-openai"

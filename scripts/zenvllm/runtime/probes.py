@@ -14,6 +14,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 from zenvllm.core.topology import node_mem_totals, read_cgroup
 from zenvllm.runtime.amx import AmxState
@@ -40,6 +41,14 @@ class Probes:
     vllm: str | None = None
     node_mem_sysfs: tuple[int, ...] = ()  # MemTotal per node as sysfs states it
     amx: AmxState | None = None  # the kernel's answer after this process asked
+
+
+class FromRoot(TypedDict):
+    """The Probes fields read under any root (a fixture's too)."""
+
+    numa_sysfs: bool
+    cgroup_version: int | None
+    node_mem_sysfs: tuple[int, ...]
 
 
 def get_mempolicy_errno() -> int | None:
@@ -86,7 +95,7 @@ def zentorch_version() -> str:
 
 
 def probe(root: Path) -> Probes:
-    from_root = {
+    from_root: FromRoot = {
         "numa_sysfs": (root / "sys" / "devices" / "system" / "node").is_dir(),
         "cgroup_version": read_cgroup(root).version,
         "node_mem_sysfs": tuple(node_mem_totals(root).values()),

@@ -17,7 +17,9 @@ import socket
 import subprocess
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from zenvllm.core import gate, observed
 from zenvllm.core.errors import UserError
@@ -51,7 +53,7 @@ def docker(*args: str, timeout: float = 60, both: bool = False) -> str:
     return done.stdout + done.stderr if both else done.stdout
 
 
-def containers(deployment: str) -> list[dict]:
+def containers(deployment: str) -> list[dict[str, Any]]:
     """`docker inspect` of every zenvllm container (of one deployment, if named)."""
     label = f"zenvllm.deployment={deployment}" if deployment else "zenvllm.managed=true"
     names = docker("ps", "--all", "--filter", f"label={label}", "--format", "{{.Names}}").split()
@@ -61,7 +63,7 @@ def containers(deployment: str) -> list[dict]:
     return sorted(gate.items(found, "docker inspect", FIX), key=lambda c: c.get("Name", ""))
 
 
-def planned(info: dict) -> Planned:
+def planned(info: dict[str, Any]) -> Planned:
     labels = info.get("Config", {}).get("Labels") or {}
     return Planned(
         name=labels.get("zenvllm.instance", info.get("Name", "?").lstrip("/")),
@@ -96,7 +98,7 @@ def pids(pid: int) -> list[int]:
 
 
 def threads(pid: int) -> dict[str, frozenset[int]]:
-    out = {}
+    out: dict[str, frozenset[int]] = {}
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
@@ -109,7 +111,12 @@ def threads(pid: int) -> dict[str, frozenset[int]]:
     return out
 
 
-def per_start(info: dict, cache: dict[str, str] | None, what: str, ask) -> str:
+def per_start(
+    info: dict[str, Any],
+    cache: dict[str, str] | None,
+    what: str,
+    ask: Callable[[dict[str, Any]], str | None],
+) -> str:
     """`ask(info)`'s answer, which holds for one start of the container: asked once and
     kept in `cache` under that start (without a cache, asked each time); "" and not kept
     when `ask` has no answer (None)."""
@@ -122,7 +129,7 @@ def per_start(info: dict, cache: dict[str, str] | None, what: str, ask) -> str:
     return cache[key]
 
 
-def platform_of(info: dict) -> str | None:
+def platform_of(info: dict[str, Any]) -> str | None:
     """vLLM's platform, asked in the running container (a python3 that imports vLLM:
     seconds); None when vLLM cannot be asked."""
     name = info.get("Name", "").lstrip("/")
@@ -133,7 +140,7 @@ def platform_of(info: dict) -> str | None:
     return (answer.strip().splitlines() or [""])[-1]
 
 
-def amx_of(info: dict) -> str | None:
+def amx_of(info: dict[str, Any]) -> str | None:
     """The AMX tile permission the launcher obtained (its line in the container's first
     two minutes of output; the permission holds for the processes it starts); None when
     there is no such line (yet)."""
@@ -150,7 +157,7 @@ def amx_of(info: dict) -> str | None:
         return None
 
 
-def seen(info: dict, platforms: dict[str, str] | None) -> Seen:
+def seen(info: dict[str, Any], platforms: dict[str, str] | None) -> Seen:
     """What the container does; its platform asked unless `platforms` is None."""
     host = info.get("HostConfig", {})
     pid = int(info.get("State", {}).get("Pid") or 0)
@@ -175,7 +182,7 @@ def seen(info: dict, platforms: dict[str, str] | None) -> Seen:
     )
 
 
-def listen(info: dict) -> tuple[str, int]:
+def listen(info: dict[str, Any]) -> tuple[str, int]:
     """Where vLLM listens: its --host and --port arguments (labels for the port); a
     headless stage of a copy cut over hosts serves nothing itself: its group's head."""
     args = " ".join(info.get("Args") or [])
@@ -185,7 +192,7 @@ def listen(info: dict) -> tuple[str, int]:
     return (host[1] if host else "127.0.0.1"), int(port) if port.isdigit() else 0
 
 
-def stage(info: dict) -> str:
+def stage(info: dict[str, Any]) -> str:
     """ "r/p" for stage r of a copy cut over p hosts (0 is the head), "" for a whole copy."""
     args = " ".join(info.get("Args") or [])
     hosts, rank = (re.search(f + r"[= ](\d+)", args) for f in ("--nnodes", "--node-rank"))
@@ -245,7 +252,7 @@ def this_cpu(root: Path = Path("/")) -> dict[str, object]:
 
 def rows(
     deployment: str = "", platforms: dict[str, str] | None = None, interval: float = 1.0
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """One row per instance: the plan, what runs, and the verdict; vLLM's platform
     asked (and kept in `platforms`, by container start) unless it is None."""
     found = containers(deployment)
