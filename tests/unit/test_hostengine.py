@@ -107,27 +107,39 @@ def test_records_are_read_by_content(tmp_path):
     assert hostengine.recorded(packages, str(tmp_path)) == ("docker.io",)
 
 
-def test_the_file_imports_nothing_of_zenvllm_so_the_role_can_ship_it_alone(tmp_path):
+def test_the_file_runs_as_make_runs_it_importing_only_the_engine_edge(tmp_path):
+    """`make` and engine.sh run the file with the system's python3 before any venv:
+    of zenvllm it imports only the engine edge (standard library only), found beside it."""
     source = Path(hostengine.__file__).read_text(encoding="utf-8")
     tree = ast.parse(source)
     names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert not {n for n in names if n.startswith("zenvllm")}
-    alone = tmp_path / "hostengine.py"
-    alone.write_text(source)
+    ours = {n for n in names if n.startswith("zenvllm")}
+    assert ours == {"zenvllm.runtime.engine", "zenvllm.core.errors"}, ours
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     out = subprocess.run(
-        [sys.executable, str(alone), "decide", "--json", "--docker-host", "unix:///nowhere"],
+        [
+            sys.executable,
+            hostengine.__file__,
+            "decide",
+            "--json",
+            "--docker-host",
+            "unix:///nowhere",
+        ],
         capture_output=True,
         text=True,
         check=True,
         cwd=tmp_path,
+        env=clean,
     )
     choice = json.loads(out.stdout)
     assert choice["facts"]["answers"] is False and choice["facts"]["docker_host"] == (
         "unix:///nowhere"
     )
+    external = ["decide", "--mode", "external", "--docker-host", "unix:///x"]
     refused = subprocess.run(
-        [sys.executable, str(alone), "decide", "--mode", "external", "--docker-host", "unix:///x"],
+        [sys.executable, hostengine.__file__, *external],
+        env=clean,
         capture_output=True,
         text=True,
         check=False,

@@ -221,3 +221,36 @@ def test_the_cli_runs_with_its_base_dependencies_alone():
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["instances"]
+
+
+ENGINE_EDGE = "zenvllm.runtime.engine"
+ENGINES = {"docker", "podman"}
+
+
+def engine_commands(path: Path) -> list[int]:
+    """Lines that spell an engine command themselves: a list or tuple starting with
+    "docker" or "podman", or a read of ZENVLLM_DOCKER (the binary's one setting)."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.List | ast.Tuple) and node.elts:
+            first = node.elts[0]
+            if isinstance(first, ast.Constant) and first.value in ENGINES:
+                lines.append(node.lineno)
+        if isinstance(node, ast.Constant) and node.value == "ZENVLLM_DOCKER":
+            lines.append(node.lineno)
+    return lines
+
+
+def test_only_the_engine_edge_runs_the_engine(tmp_path):
+    """Every engine command goes through runtime/engine.py's Cli, which alone spells
+    the binary: a module building its own argv for docker or podman is one more way a
+    command would pick its engine."""
+    found = {
+        name: lines
+        for name, path in modules().items()
+        if name != ENGINE_EDGE and (lines := engine_commands(path))
+    }
+    assert found == {}, found
+    stray = tmp_path / "stray.py"
+    stray.write_text('import subprocess\nsubprocess.run(["docker", "ps"])\n')
+    assert engine_commands(stray) == [2]  # the rule sees one

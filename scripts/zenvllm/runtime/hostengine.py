@@ -14,8 +14,9 @@ would need conflicts with what is installed, it refuses before anything changes.
 A private dockerd (scripts/engine.sh, under /run/zenvllm) is only for machines where
 systemd is not PID 1 (CI sandboxes, containers): nothing would start it after a reboot.
 
-One file, standard library only and importing nothing of zenvllm: the host role ships
-it alone (ansible.builtin.script) before anything else reaches the host.
+Standard library and the package's one engine edge (runtime/engine.py) only: `make`
+and scripts/engine.sh run this file with the system's python3 before any venv exists,
+and the host role runs it from the planner zipapp (`engine decide`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ import stat
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
+
+if not __package__:  # run as a file (make, engine.sh): import the package it lives in
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from zenvllm.core.errors import UserError
+from zenvllm.runtime.engine import Cli
 
 MODES = ("auto", "distribution", "external")
 # Debian's engine, installed only where a host has none.
@@ -178,8 +184,11 @@ def engine_version(docker_host: str) -> str:
     env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}
     if docker_host:
         env["DOCKER_HOST"] = docker_host
-    rc, out = run(["docker", "version", "--format", "{{.Server.Version}}"], 30, env)
-    return out.strip() if rc == 0 else ""
+    try:
+        done = Cli(env=env).run("version", "--format", "{{.Server.Version}}", timeout=30)
+    except (OSError, ValueError, subprocess.TimeoutExpired, UserError):  # ValueError: bytes
+        return ""
+    return done.stdout.strip() if done.returncode == 0 else ""
 
 
 def systemd_is_pid1() -> bool:
