@@ -123,10 +123,13 @@ def test_batch1_is_one_request_at_a_time_with_its_own_prompts():
 def test_the_option_sets_the_prompts_and_zero_turns_batch1_off():
     parser = argparse.ArgumentParser()
     commands_bench.register(parser.add_subparsers())
-    args = parser.parse_args(["bench", "--model", "/m", "--quick", "--batch1-prompts", "0"])
-    assert commands_bench.workload_from(args).batch1_prompts == 0
-    args = parser.parse_args(["bench", "--model", "/m"])
-    assert commands_bench.workload_from(args).batch1_prompts == workloads.FULL.batch1_prompts
+
+    def workload(*argv: str) -> workloads.Workload:
+        request = commands_bench.request_of(parser.parse_args(["bench", *argv]))
+        return commands_bench.workload_from(request.quick, request.workload_overrides())
+
+    assert workload("--model", "/m", "--quick", "--batch1-prompts", "0").batch1_prompts == 0
+    assert workload("--model", "/m").batch1_prompts == workloads.FULL.batch1_prompts
     with pytest.raises(SystemExit):
         parser.parse_args(["bench", "--model", "/m", "--batch1-prompts", "-2"])
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from dataclasses import asdict, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from zenvllm.bench import bandwidth, document, gateway, layouts, metrics, runner, workloads
 from zenvllm.bench.gateway import Deployment
+from zenvllm.bench.roofline import Bandwidth
 from zenvllm.core import arguments, gate
 from zenvllm.core.arguments import real, whole
 from zenvllm.core.container import EAGER_PIPELINE
@@ -22,6 +25,64 @@ from zenvllm.image import baseimage, outputs, peers, render
 from zenvllm.runtime.engine import DOCKER
 
 DEFAULT_MAX_MODEL_LEN = 512
+
+
+@dataclass(frozen=True)
+class ImageTags:
+    """--image, --zen-image, --pace-image, --llamacpp-image (None: the default tag)."""
+
+    vllm_openai: str | None
+    zen: str | None
+    pace: str | None
+    llamacpp: str | None
+
+
+@dataclass(frozen=True)
+class BenchRequest:
+    """What the command is asked: every option its flags give, in --help's order, typed
+    and frozen; None where a flag without a default of its own was left out (the parser
+    alone holds the defaults). request_of builds it once from argparse's Namespace, which
+    stays in run; the helpers take it or the fields they need. Nothing in it is checked
+    yet: run checks the paths and values in the order it always has."""
+
+    model: Path  # not yet checked to be a directory
+    quick: bool
+    configs: str | None  # the comma list, parsed by layouts.parse_configs
+    weights: tuple[str, ...]  # each NAME=DIR as given
+    # The workload flags: each overrides the Workload field of its name when given.
+    repeats: int | None
+    input_len: int | None
+    output_len: int | None
+    num_prompts: int | None
+    concurrency: int | None
+    warmup_prompts: int | None
+    batch1_prompts: int | None
+    compile: bool  # never fall back to --enforce-eager
+    compile_cache: Path | None
+    restart: bool  # not --no-restart
+    serve_env: tuple[tuple[str, str], ...]  # KEY=VALUE pairs in the order given
+    max_model_len: int | None
+    images: ImageTags
+    gateway_flag: str | None  # --gateway: 'deploy' or a running deployment's URL
+    base_port: int
+    out: Path
+    start_timeout: float
+    plots: bool  # not --no-plots
+    metrics_file: Path | None
+    dry_run: bool
+
+    def workload_overrides(self) -> dict[str, int]:
+        """The workload flags given, by Workload field."""
+        flags = {
+            "input_len": self.input_len,
+            "output_len": self.output_len,
+            "num_prompts": self.num_prompts,
+            "concurrency": self.concurrency,
+            "repeats": self.repeats,
+            "warmup_prompts": self.warmup_prompts,
+            "batch1_prompts": self.batch1_prompts,
+        }
+        return {name: value for name, value in flags.items() if value is not None}
 
 
 def default_image(target: str) -> str:
@@ -49,22 +110,11 @@ def has_compiler(image: str) -> bool:
     )
 
 
-def workload_from(args: argparse.Namespace) -> workloads.Workload:
-    base = workloads.QUICK if args.quick else workloads.FULL
-    overrides = {
-        k: getattr(args, k)
-        for k in (
-            "input_len",
-            "output_len",
-            "num_prompts",
-            "concurrency",
-            "repeats",
-            "warmup_prompts",
-            "batch1_prompts",
-        )
-        if getattr(args, k) is not None
-    }
-    return replace(base, **overrides)
+def workload_from(quick: bool, overrides: Mapping[str, int]) -> workloads.Workload:
+    """--quick's workload or the full one, with the workload flags given over it."""
+    base = workloads.QUICK if quick else workloads.FULL
+    fields: dict[str, Any] = dict(overrides)  # mypy checks ** against every field's type
+    return replace(base, **fields)
 
 
 SHAPE_KEYS = (
@@ -83,7 +133,7 @@ def model_shape(model_dir: Path) -> dict:
     return {k: config.get(k) for k in SHAPE_KEYS}  # read_model checked it is an object
 
 
-def weights_copies(specs: list[str], model_dir: Path) -> tuple[layouts.Weights, ...]:
+def weights_copies(specs: Sequence[str], model_dir: Path) -> tuple[layouts.Weights, ...]:
     """--weights NAME=DIR: other copies of --model's weights (same shape, same tokenizer),
     each measured as <layout>-NAME beside the planner's layouts on --model."""
     copies: list[layouts.Weights] = []
@@ -125,40 +175,32 @@ def peers_for(names: list[str], model: Model) -> tuple[list[str], list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    outputs.check_output(args.out, "--out")  # before any work
-    if args.metrics_file:
-        metrics.check_metrics_file(args.metrics_file)
-    model_dir = gate.resolved(args.model, f"--model {args.model}", "give a local model directory")
-    if not model_dir.is_dir():
-        raise UserError(f"--model {args.model}: not a directory; give a local model directory")
-    out_dir = gate.resolved(args.out, f"--out {args.out}", "give a directory")
-    compile_cache = (
-        str(
-            gate.resolved(
-                args.compile_cache, f"--compile-cache {args.compile_cache}", "give a directory"
-            )
-        )
-        if args.compile_cache
-        else ""
-    )
+    """The command's entry point: its flags, read once into a request, then the bench."""
+    request = request_of(args)
+    model_dir, out_dir, compile_cache = checked_paths(request)
     model = read_model(model_dir)
-    max_len = args.max_model_len or min(DEFAULT_MAX_MODEL_LEN, model.max_model_len or 10**9)
-    workload = workload_from(args)
+    max_len = request.max_model_len or min(DEFAULT_MAX_MODEL_LEN, model.max_model_len or 10**9)
+    workload = workload_from(request.quick, request.workload_overrides())
     workload.check(max_len)
-    names = layouts.parse_configs(args.configs, args.quick)
-    copies = weights_copies(args.weights, model_dir)
-    names, notes = peers_for(names, model)
-    host = read_host()
-    base, measured, calibrated = bandwidth.figures(host, model, measure=not args.dry_run)
-    configs, resolved = layouts.resolve(names, host, model, args.base_port, max_len, base, copies)
-    notes += [*calibrated, *resolved]
-    images, configs = choose_images(args, configs, notes, host)
-    workload = eager_if_needed(args, workload, images["vllm-openai"], notes)
+    host, measured, configs, notes = configurations(request, model_dir, model, max_len)
+    images, configs = choose_images(request.images, request.dry_run, configs, notes, host)
+    stock = images["vllm-openai"]  # probed for a compiler, served by the gateway's deployment
+    workload = eager_if_needed(request.dry_run, request.compile, workload, stock, notes)
     configs = without_eager_pipelines(configs, workload, notes)
     gateway_url, deployment, configs = choose_gateway(
-        args, configs, notes, model_dir, images["vllm-openai"], workload, max_len
+        request.gateway_flag,
+        request.out,
+        request.base_port,
+        configs,
+        notes,
+        model_dir,
+        stock,
+        workload,
+        max_len,
     )
-    for note in notes if not args.dry_run else []:  # --dry-run's JSON carries them
+    if request.dry_run:  # its JSON carries the notes
+        return print_plan(configs, images, workload, notes)
+    for note in notes:
         runner.say(f"note: {note}")
     settings = runner.Settings(
         model_dir=model_dir,
@@ -169,45 +211,93 @@ def run(args: argparse.Namespace) -> int:
         out_dir=out_dir,  # docker -v needs an absolute path
         gateway_url=gateway_url,
         gateway_deploy=deployment,
-        start_timeout_s=args.start_timeout,
-        plots=not args.no_plots,
+        start_timeout_s=request.start_timeout,
+        plots=request.plots,
         host_label=describe_host(host),
         notes=notes,
         weight_bytes=model.weight_bytes,
         bandwidth=measured,
         host_cores=sum(len(c) for c in usable_cores(host).values()),
+        gguf=convert_for_peers(configs, model_dir),
         compile_cache_dir=compile_cache,
-        serve_env=dict(args.serve_env),
-        restart=not args.no_restart,
+        serve_env=dict(request.serve_env),
+        restart=request.restart,
     )
-    if args.dry_run:
-        return print_plan(configs, images, workload, notes)
-    settings.gguf = convert_for_peers(configs, model_dir)
+    return measure_and_report(configs, settings, request.out, request.metrics_file)
+
+
+def checked_paths(request: BenchRequest) -> tuple[Path, Path, str]:
+    """(the model's directory, the output directory, the compile cache's or ""): the
+    request's paths, each checked before any work, --out first."""
+    out, model, compile_cache = request.out, request.model, request.compile_cache
+    outputs.check_output(out, "--out")
+    if request.metrics_file:
+        metrics.check_metrics_file(request.metrics_file)
+    model_dir = gate.resolved(model, f"--model {model}", "give a local model directory")
+    if not model_dir.is_dir():
+        raise UserError(f"--model {model}: not a directory; give a local model directory")
+    out_dir = gate.resolved(out, f"--out {out}", "give a directory")
+    cache = (
+        str(gate.resolved(compile_cache, f"--compile-cache {compile_cache}", "give a directory"))
+        if compile_cache
+        else ""
+    )
+    return model_dir, out_dir, cache
+
+
+def configurations(
+    request: BenchRequest, model_dir: Path, model: Model, max_len: int
+) -> tuple[Host, Bandwidth | None, list[layouts.Configuration], list[str]]:
+    """(this host, its bandwidth, the configurations --configs and --weights name on it,
+    the notes on them)."""
+    names = layouts.parse_configs(request.configs, request.quick)
+    copies = weights_copies(request.weights, model_dir)
+    names, notes = peers_for(names, model)
+    host = read_host()
+    base, measured, calibrated = bandwidth.figures(host, model, measure=not request.dry_run)
+    configs, resolved = layouts.resolve(
+        names, host, model, request.base_port, max_len, base, copies
+    )
+    notes += [*calibrated, *resolved]
+    return host, measured, configs, notes
+
+
+def measure_and_report(
+    configs: list[layouts.Configuration],
+    settings: runner.Settings,
+    out: Path,
+    metrics_file: Path | None,
+) -> int:
+    """Run the bench, print its table, write --metrics-file: the exit status."""
     result, status = runner.run_bench(configs, settings)
-    runner.print_summary(result, args.out)
-    if args.metrics_file:
-        metrics.write_metrics_file(args.metrics_file, result)
-        runner.say(f"metrics: {args.metrics_file}")
+    runner.print_summary(result, out)
+    if metrics_file:
+        metrics.write_metrics_file(metrics_file, result)
+        runner.say(f"metrics: {metrics_file}")
     return status
 
 
 def choose_images(
-    args: argparse.Namespace, configs: list[layouts.Configuration], notes: list[str], host: Host
+    tags: ImageTags,
+    dry_run: bool,
+    configs: list[layouts.Configuration],
+    notes: list[str],
+    host: Host,
 ) -> tuple[dict[str, str], list[layouts.Configuration]]:
     """Stock is the baseline, so its image must exist; without the zen or pace image or
     the llama.cpp peer's (built for this CPU) their configurations are skipped with a note
     rather than failing the run."""
-    images = {"vllm-openai": args.image or default_image("vllm-openai")}
+    images = {"vllm-openai": tags.vllm_openai or default_image("vllm-openai")}
     if any(c.target == "zen" for c in configs):
-        images["zen"] = args.zen_image or default_image("zen")
+        images["zen"] = tags.zen or default_image("zen")
     if any(c.target == "pace" for c in configs):
-        images["pace"] = args.pace_image or default_image("pace")
+        images["pace"] = tags.pace or default_image("pace")
     if any(c.target == "llamacpp" for c in configs):
         config = render.load_config()
-        images["llamacpp"] = args.llamacpp_image or peers.default_tag(
+        images["llamacpp"] = tags.llamacpp or peers.default_tag(
             config, "llamacpp", peers.cpu_key(host.flags)
         )
-    if args.dry_run:  # no engine call: say what was not checked
+    if dry_run:  # no engine call: say what was not checked
         notes.append(f"--dry-run: images not checked ({', '.join(sorted(images.values()))})")
         return images, configs
     for target, tag in images.items():
@@ -244,17 +334,21 @@ def convert_for_peers(configs: list[layouts.Configuration], model_dir: Path) -> 
 
 
 def eager_if_needed(
-    args: argparse.Namespace, workload: workloads.Workload, image: str, notes: list[str]
+    dry_run: bool,
+    keep_compiled: bool,
+    workload: workloads.Workload,
+    image: str,
+    notes: list[str],
 ) -> workloads.Workload:
     """Without a C++ compiler torch.compile fails, so every configuration (stock too, to
     keep the comparison fair) runs eager; --compile keeps compiled mode regardless."""
-    if args.dry_run and not (workload.enforce_eager or args.compile):
+    if dry_run and not (workload.enforce_eager or keep_compiled):
         notes.append(
             f"--dry-run: compiled or eager mode unknown (the run looks for a C++ compiler "
             f"in {image}; --compile keeps compiled mode)"
         )
         return workload
-    eager = not (workload.enforce_eager or args.compile or has_compiler(image))
+    eager = not (workload.enforce_eager or keep_compiled or has_compiler(image))
     if eager:
         workload = replace(workload, enforce_eager=True)
         notes.append(
@@ -275,7 +369,9 @@ def without_eager_pipelines(
 
 
 def choose_gateway(
-    args: argparse.Namespace,
+    gateway_flag: str | None,
+    out: Path,
+    base_port: int,
     configs: list[layouts.Configuration],
     notes: list[str],
     model_dir: Path,
@@ -283,19 +379,19 @@ def choose_gateway(
     workload: workloads.Workload,
     max_len: int,
 ) -> tuple[str | None, Deployment | None, list[layouts.Configuration]]:
-    """(gateway URL, deployment, configurations): --gateway picks deploy.yml's own
-    deployment or a running one; without it the gateway configurations are dropped."""
+    """(gateway URL, deployment, configurations): --gateway (`gateway_flag`) picks deploy.yml's
+    own deployment or a running one; without it the gateway configurations are dropped."""
     gateway_url, deployment = None, None
     if any(c.kind == "gateway" for c in configs):
-        if args.gateway == "deploy":
+        if gateway_flag == "deploy":
             deployment = gateway.deployment_for(
-                args.out, args.base_port, model_dir, image, workload.enforce_eager, max_len
+                out, base_port, model_dir, image, workload.enforce_eager, max_len
             )
             notes.append(
                 f"gateway: deploy.yml's own deployment (planner auto, nginx on :{deployment.port})"
             )
-        elif args.gateway:
-            gateway_url = args.gateway
+        elif gateway_flag:
+            gateway_url = gateway_flag
             notes.append(f"gateway: the running deployment at {gateway_url}")
         else:
             notes.append("gateway: skipped; pass --gateway deploy or --gateway URL")
@@ -338,6 +434,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "planner's layouts and a deploy.yml gateway; write JSON, CSV, a Markdown table "
         "and PNG plots.",
     )
+    add_target_flags(parser)
+    add_workload_flags(parser)
+    add_server_flags(parser)
+    add_image_flags(parser)
+    add_output_flags(parser)
+    parser.set_defaults(func=run)
+
+
+def add_target_flags(parser: argparse.ArgumentParser) -> None:
+    """What is measured: the model, its other weights, the configurations."""
     parser.add_argument("--model", type=Path, required=True, help="local model directory")
     parser.add_argument("--quick", action="store_true", help="few prompts, one repeat (CI)")
     parser.add_argument("--configs", help=f"comma list from: {', '.join(layouts.SPECS)}")
@@ -349,6 +455,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="another copy of --model's weights (INT8, INT4...), measured as LAYOUT-NAME "
         "with each planner layout of --configs planned for it (repeatable)",
     )
+
+
+def add_workload_flags(parser: argparse.ArgumentParser) -> None:
+    """What each configuration is asked to do, over --quick's or the full workload."""
     parser.add_argument("--repeats", type=positive, help="measured runs per configuration")
     parser.add_argument("--input-len", type=positive, help="random prompt tokens")
     parser.add_argument("--output-len", type=positive, help="tokens generated per request")
@@ -363,6 +473,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="after the repeats, requests one at a time to each configuration's first "
         f"instance (default {workloads.FULL.batch1_prompts}; 0: no batch-1 figures)",
     )
+
+
+def add_server_flags(parser: argparse.ArgumentParser) -> None:
+    """How the servers start: compiled or eager, their caches, their environment."""
     parser.add_argument(
         "--compile",
         action="store_true",
@@ -389,6 +503,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--max-model-len", type=arguments.max_model_len, help="served context length"
     )
+
+
+def add_image_flags(parser: argparse.ArgumentParser) -> None:
+    """What serves: the images, the gateway, the ports."""
     parser.add_argument("--image", help="vllm-openai image tag (default: what make image builds)")
     parser.add_argument("--zen-image", help="zen image tag (default: make image TARGET=zen)")
     parser.add_argument("--pace-image", help="pace image tag (default: make image TARGET=pace)")
@@ -402,6 +520,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "and takes it down after; a URL measures a running deployment",
     )
     parser.add_argument("--base-port", type=arguments.port, default=8401, help="first server port")
+
+
+def add_output_flags(parser: argparse.ArgumentParser) -> None:
+    """Where the results go, how long a server may take to start, a dry run."""
     parser.add_argument("--out", type=Path, default=Path("out/bench"), help="output directory")
     parser.add_argument(
         "--start-timeout", type=real(0, 86400, example=900), default=900, help="seconds to /health"
@@ -416,4 +538,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--dry-run", action="store_true", help="print the configurations as JSON, run nothing"
     )
-    parser.set_defaults(func=run)
+
+
+def request_of(args: argparse.Namespace) -> BenchRequest:
+    """The one reader of the bench's Namespace: every flag, typed, in --help's order."""
+    return BenchRequest(
+        model=args.model,
+        quick=args.quick,
+        configs=args.configs,
+        weights=tuple(args.weights),
+        repeats=args.repeats,
+        input_len=args.input_len,
+        output_len=args.output_len,
+        num_prompts=args.num_prompts,
+        concurrency=args.concurrency,
+        warmup_prompts=args.warmup_prompts,
+        batch1_prompts=args.batch1_prompts,
+        compile=args.compile,
+        compile_cache=args.compile_cache,
+        restart=not args.no_restart,
+        serve_env=tuple(args.serve_env),
+        max_model_len=args.max_model_len,
+        images=ImageTags(args.image, args.zen_image, args.pace_image, args.llamacpp_image),
+        gateway_flag=args.gateway,
+        base_port=args.base_port,
+        out=args.out,
+        start_timeout=args.start_timeout,
+        plots=not args.no_plots,
+        metrics_file=args.metrics_file,
+        dry_run=args.dry_run,
+    )

@@ -49,7 +49,7 @@ RUN_CACHE = "compile-cache"  # a run's own compile cache, under raw/, removed af
 CONTAINER_USER = tuple(int(i) for i in request.DEFAULT.user.split(":"))
 
 
-@dataclass
+@dataclass(frozen=True)
 class Settings:
     model_dir: Path
     model_name: str
@@ -323,7 +323,8 @@ def run_bench(
 ) -> tuple[dict, int]:
     """Measure every configuration; write the outputs; return (result, exit status)."""
     run_id = uuid.uuid4().hex[:8]
-    settings.out_dir = settings.out_dir.resolve()  # docker -v needs an absolute path
+    # docker -v needs an absolute path
+    settings = replace(settings, out_dir=settings.out_dir.resolve())
     with outputs.staged(settings.out_dir, "--out") as staging:
         return _measure_into(staging, run_id, configs, settings, progress)
 
@@ -341,45 +342,9 @@ def _measure_into(
     before = leftovers.found()
     started = time.time()
     load_before = os.getloadavg()
-    runs: list[Run] = []
-    batch1_runs: list[Run] = []
-    failures: list[str] = []
-    facts: dict[str, dict] = {}
     try:
-        for index, config in enumerate(configs, 1):
-            try:
-                mine, one = measure(index, len(configs), config, settings, raw, run_id, facts)
-                runs += mine
-                if isinstance(one, str):
-                    failures.append(f"{config.name} {one}")
-                elif one:
-                    batch1_runs.append(one)
-            except (RuntimeError, ValueError, OSError) as err:
-                failures.append(f"{config.name}: {err}")
-                progress(f"[{index}/{len(configs)}] {config.name}: FAILED: {err}")
-            ran = facts.get(config.name, {}).get("backend", {})
-            if ran.get("active") is False:  # never presented as what it is not
-                failures.append(backend.describe(config.name, config.target, ran))
-        meta = {
-            "run_id": run_id,
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-            "host": settings.host_label,
-            "cpus": os.cpu_count(),
-            "model": settings.model_name,
-            "model_dir": str(settings.model_dir),
-            "images": settings.images,
-            "max_model_len": settings.max_model_len,
-            "workload": asdict(settings.workload),
-            "load_before": [round(x, 2) for x in load_before],
-            "load_after": [round(x, 2) for x in os.getloadavg()],
-            "wall_s": round(time.time() - started, 1),
-            "notes": settings.notes,
-            "serve_env": settings.serve_env,  # --serve-env: over the plan's env
-            "failures": failures,
-            "weight_bytes": settings.weight_bytes,
-            **(settings.bandwidth.meta() if settings.bandwidth else NO_BANDWIDTH),
-            "host_cores": settings.host_cores,
-        }
+        runs, batch1_runs, failures, facts = _measure_each(configs, settings, raw, run_id, progress)
+        meta = _meta(settings, run_id, started, load_before, failures)
         result = document.result_document(meta, configs, settings.images, runs, batch1_runs, facts)
         report.write_outputs(result, staging, plots=settings.plots)
         return result, (1 if failures else 0)
@@ -389,6 +354,67 @@ def _measure_into(
         removed = leftovers.clean(before)
         if removed:
             progress(f"removed {len(removed)} OpenMP/vLLM leftover file(s)")
+
+
+def _measure_each(
+    configs: list[Configuration],
+    settings: Settings,
+    raw: Path,
+    run_id: str,
+    progress: Callable[[str], None],
+) -> tuple[list[Run], list[Run], list[str], dict[str, dict]]:
+    """Every configuration in turn: (its runs, the batch-1 runs, the failures, what ran);
+    a configuration that fails is a failure, the others still run."""
+    runs: list[Run] = []
+    batch1_runs: list[Run] = []
+    failures: list[str] = []
+    facts: dict[str, dict] = {}
+    for index, config in enumerate(configs, 1):
+        try:
+            mine, one = measure(index, len(configs), config, settings, raw, run_id, facts)
+            runs += mine
+            if isinstance(one, str):
+                failures.append(f"{config.name} {one}")
+            elif one:
+                batch1_runs.append(one)
+        except (RuntimeError, ValueError, OSError) as err:
+            failures.append(f"{config.name}: {err}")
+            progress(f"[{index}/{len(configs)}] {config.name}: FAILED: {err}")
+        ran = facts.get(config.name, {}).get("backend", {})
+        if ran.get("active") is False:  # never presented as what it is not
+            failures.append(backend.describe(config.name, config.target, ran))
+    return runs, batch1_runs, failures, facts
+
+
+def _meta(
+    settings: Settings,
+    run_id: str,
+    started: float,
+    load_before: tuple[float, float, float],
+    failures: list[str],
+) -> dict:
+    """The results' meta: the run, the host, the model, the workload; the load and wall
+    time as the runs end."""
+    return {
+        "run_id": run_id,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "host": settings.host_label,
+        "cpus": os.cpu_count(),
+        "model": settings.model_name,
+        "model_dir": str(settings.model_dir),
+        "images": settings.images,
+        "max_model_len": settings.max_model_len,
+        "workload": asdict(settings.workload),
+        "load_before": [round(x, 2) for x in load_before],
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+        "wall_s": round(time.time() - started, 1),
+        "notes": settings.notes,
+        "serve_env": settings.serve_env,  # --serve-env: over the plan's env
+        "failures": failures,
+        "weight_bytes": settings.weight_bytes,
+        **(settings.bandwidth.meta() if settings.bandwidth else NO_BANDWIDTH),
+        "host_cores": settings.host_cores,
+    }
 
 
 def print_summary(result: dict, out_dir: Path) -> None:
