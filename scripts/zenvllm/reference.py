@@ -1,11 +1,13 @@
 """The files made from one source: `python -m zenvllm.reference [--check]`.
 
-From core/request.py (the deployment request): the instances role's
-`defaults/main.yml`, `meta/argument_specs.yml` and `templates/request.json.j2`. From
-each other role's `meta/argument_specs.yml` (its schema, in Ansible's own format) and
-the request: `docs/reference/variables.md` and the "Role Variables" block of every role's
-README. From the CLI's parser: `docs/reference/cli.md`. `--check` writes nothing and
-exits 1 naming each stale file (the unit tests run it). Runs in a checkout.
+From image/role_instances.py (the instances role's variables: the deployment request
+of core/request.py under the role's names and defaults, plus the role's own options):
+the role's `defaults/main.yml`, `meta/argument_specs.yml` and
+`templates/request.json.j2`. From each other role's `meta/argument_specs.yml` (its
+schema, in Ansible's own format) and the instances role's variables:
+`docs/reference/variables.md` and the "Role Variables" block of every role's README.
+From the CLI's parser: `docs/reference/cli.md`. `--check` writes nothing and exits 1
+naming each stale file (the unit tests run it). Runs in a checkout.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from pathlib import Path
 import yaml
 
 from zenvllm import cli
-from zenvllm.core import gate, request
-from zenvllm.core.request import ROLE_PREFIX, Spec
+from zenvllm.core import gate
+from zenvllm.image.role_instances import ROLE_PREFIX, VARIABLES, Variable
 from zenvllm.runtime import console
 from zenvllm.runtime.atomic import write_atomically
 
@@ -35,25 +37,6 @@ WIDTH = 88  # the defaults' comments and the CLI's --help, as a terminal shows t
 
 
 # -- the request, as the role's files ----------------------------------------------
-
-
-def role_default(name: str, spec: Spec, default: object) -> object:
-    """The role's default: its own (a Jinja expression or a value), a playbook-wide
-    variable's, or the request's."""
-    if spec.role_default is not None:
-        return spec.role_default
-    if spec.inherit:
-        return f"{{{{ {spec.inherit} | default({jinja_literal(plain(default))}) }}}}"
-    return plain(default)
-
-
-def jinja_literal(value: object) -> str:
-    """A value as a Jinja literal inside a double-quoted YAML string: single quotes."""
-    return f"'{value}'" if isinstance(value, str) else json.dumps(value)
-
-
-def plain(value: object) -> object:
-    return list(value) if isinstance(value, tuple) else value
 
 
 def yaml_value(key: str, value: object) -> str:
@@ -73,12 +56,12 @@ def defaults_yml() -> str:
     out = ["---", f"# {NOTICE.format(source='scripts/zenvllm/core/request.py')}"]
     out.append("# docs/reference/variables.md says more of each.")
     section = ""
-    for name, spec, default in request.specs():
-        if spec.section != section:
-            section = spec.section
+    for var in VARIABLES:
+        if var.spec.section != section:
+            section = var.spec.section
             out += ["", f"# -- {section}"]
-        out += [f"# {line}" for line in textwrap.wrap(spec.help, WIDTH - 2)]
-        out.append(yaml_value(ROLE_PREFIX + name, role_default(name, spec, default)))
+        out += [f"# {line}" for line in textwrap.wrap(var.help, WIDTH - 2)]
+        out.append(yaml_value(ROLE_PREFIX + var.name, var.value))
     return "\n".join(out) + "\n"
 
 
@@ -94,21 +77,21 @@ ANSIBLE_TYPES = {"str": "str", "int": "int", "float": "float", "bool": "bool", "
 
 def argument_specs_yml() -> str:
     options = {}
-    for name, spec, default in request.specs():
-        kind = request.kind(name)
-        typ = "path" if spec.path and default else ANSIBLE_TYPES.get(kind, "raw")
+    for var in VARIABLES:
+        kind = var.kind
+        typ = "path" if var.spec.path and var.default else ANSIBLE_TYPES.get(kind, "raw")
         typ = "dict" if kind == "dict" else typ
-        entry: dict = {"type": typ, "description": description(spec)}
+        entry: dict = {"type": typ, "description": description(var)}
         if kind == "list":
             entry["elements"] = "str"
-        if spec.choices:
-            entry["choices"] = list(spec.choices)
-        if spec.secret:
+        if var.spec.choices:
+            entry["choices"] = list(var.spec.choices)
+        if var.secret:
             entry["no_log"] = True
-        value = role_default(name, spec, default)
+        value = var.value
         if not (isinstance(value, str) and "{{" in value):
             entry["default"] = value
-        options[ROLE_PREFIX + name] = entry
+        options[ROLE_PREFIX + var.name] = entry
     doc = {
         "argument_specs": {
             "main": {
@@ -126,12 +109,12 @@ def argument_specs_yml() -> str:
     return "---\n" + text
 
 
-def description(spec: Spec) -> str:
-    words = [spec.help]
-    if spec.inherit:
-        words.append(f"Defaults to {spec.inherit}.")
-    if spec.flag:
-        words.append(f"`zenvllm plan {spec.flag}`.")
+def description(var: Variable) -> str:
+    words = [var.help]
+    if var.inherit:
+        words.append(f"Defaults to {var.inherit}.")
+    if var.spec.flag:
+        words.append(f"`zenvllm plan {var.spec.flag}`.")
     return " ".join(words)
 
 
@@ -143,10 +126,10 @@ def request_template() -> str:
     strings), for `zenvllm plan --request`."""
     notice = NOTICE.format(source="scripts/zenvllm/core/request.py")
     lines = [f"{{#- {notice} -#}}", "{#- The deployment request the planner receives. -#}", "{{ {"]
-    for name, spec, _ in request.specs():
-        if not spec.role_only:
-            cast = JINJA_FILTER.get(request.kind(name), "")
-            lines.append(f"     '{name}': {ROLE_PREFIX}{name}{cast},")
+    for var in VARIABLES:
+        if not var.role_only:
+            cast = JINJA_FILTER.get(var.kind, "")
+            lines.append(f"     '{var.name}': {ROLE_PREFIX}{var.name}{cast},")
     lines[-1] = lines[-1].rstrip(",")
     lines.append("   } | to_json }}")
     return "\n".join(lines) + "\n"
@@ -162,19 +145,19 @@ def shown(value: object) -> str:
 
 def request_entries() -> list[str]:
     out, section = [], ""
-    for name, spec, default in request.specs():
-        if spec.section != section:
-            section = spec.section
+    for var in VARIABLES:
+        if var.spec.section != section:
+            section = var.spec.section
             out += ["", f"#### {section}", ""]
-        facts = [request.kind(name).replace("count", "auto or int")]
-        if spec.choices:
-            facts.append("one of " + ", ".join(f"`{c}`" for c in spec.choices))
-        facts.append("default " + shown(role_default(name, spec, default)))
-        if spec.flag:
-            facts.append(f"`zenvllm plan {spec.flag}`")
-        if spec.role_only:
+        facts = [var.kind.replace("count", "auto or int")]
+        if var.spec.choices:
+            facts.append("one of " + ", ".join(f"`{c}`" for c in var.spec.choices))
+        facts.append("default " + shown(var.value))
+        if var.spec.flag:
+            facts.append(f"`zenvllm plan {var.spec.flag}`")
+        if var.role_only:
             facts.append("the role's own")
-        out.append(f"- **`{ROLE_PREFIX}{name}`** ({'; '.join(facts)}): {spec.help}")
+        out.append(f"- **`{ROLE_PREFIX}{var.name}`** ({'; '.join(facts)}): {var.help}")
     return out
 
 

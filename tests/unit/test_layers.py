@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import ast
+import io
 import json
+import re
 import subprocess
 import sys
+import tokenize
 import zipfile
 from pathlib import Path
 
@@ -254,3 +257,58 @@ def test_only_the_engine_edge_runs_the_engine(tmp_path):
     stray = tmp_path / "stray.py"
     stray.write_text('import subprocess\nsubprocess.run(["docker", "ps"])\n')
     assert engine_commands(stray) == [2]  # the rule sees one
+
+
+# Ansible's own words, and the names of the roles' variables (zenvllm_*): core plans
+# from a request and never says how a role spells, defaults or templates an option
+# (image/role_instances.py does).
+ANSIBLE_WORDS = ("{{", "{%", "groups[", "hostvars", "inventory_hostname", "ansible_", "role_path")
+ROLE_VARIABLE = re.compile(r"\bzenvllm_\w+")
+# Words of that shape that are not a variable: the model manifest's and the directory
+# marker's format keys; and one refusal that tells the operator which variable to change.
+NOT_A_VARIABLE = {
+    "zenvllm.core.modelfiles": frozenset(
+        {"zenvllm_model_manifest", "zenvllm_model", "zenvllm_model_dir"}
+    )
+}
+
+
+def ansible_words(path: Path, allowed: frozenset[str] = frozenset()) -> list[tuple[int, str]]:
+    """(line, word) for each of Ansible's words or a zenvllm_* name in a file's strings
+    (docstrings and f-strings' text included, as the program holds them) and comments;
+    code (a list named groups) is not text."""
+    source = path.read_text()
+    texts = [
+        (node.lineno, node.value)
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    ]
+    texts += [
+        (token.start[0], token.string)
+        for token in tokenize.generate_tokens(io.StringIO(source).readline)
+        if token.type == tokenize.COMMENT
+    ]
+    found = set()
+    for line, text in texts:
+        found |= {(line, word) for word in ANSIBLE_WORDS if word in text}
+        found |= {(line, word) for word in ROLE_VARIABLE.findall(text) if word not in allowed}
+    return sorted(found)
+
+
+def test_core_names_no_ansible_variable(tmp_path):
+    """The request is the planner's; the instances role's names, defaults and Jinja are
+    the image layer's (image/role_instances.py)."""
+    found = {
+        name: words
+        for name, path in modules().items()
+        if layer_of(name) == "core"
+        and (words := ansible_words(path, NOT_A_VARIABLE.get(name, frozenset())))
+    }
+    assert found == {}, found
+    stray = tmp_path / "stray.py"
+    stray.write_text(
+        "groups = [1, 2]\nfirst = groups[:1]\n"  # code, not text
+        'PATTERN = f"^{groups}(\\\\d{{1,4}})$"\n'  # an f-string's {{ is one brace
+        "HOSTS = \"{{ groups['zenvllm'] }}\"  # zenvllm_instances_hosts\n"
+    )
+    assert ansible_words(stray) == [(4, "groups["), (4, "zenvllm_instances_hosts"), (4, "{{")]

@@ -19,7 +19,8 @@ from support import role_template
 from zenvllm import reference
 from zenvllm.core import request
 from zenvllm.core.errors import UserError
-from zenvllm.core.request import DEFAULT, ROLE_PREFIX, Request
+from zenvllm.core.request import DEFAULT, Request
+from zenvllm.image.role_instances import ROLE_PREFIX, VARIABLES
 
 ROLE = reference.INSTANCES
 
@@ -49,8 +50,10 @@ def test_each_option_is_a_role_variable_with_its_default_and_spec():
     defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
     specs = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())
     options = specs["argument_specs"]["main"]["options"]
-    names = [ROLE_PREFIX + f.name for f in fields(Request)]
+    names = [ROLE_PREFIX + v.name for v in VARIABLES]
     assert list(defaults) == names == list(options)
+    # Every option of a request is a role variable, in the request's order.
+    assert [v.name for v in VARIABLES if not v.role_only] == [f.name for f in fields(Request)]
     assert defaults[ROLE_PREFIX + "base_port"] == DEFAULT.base_port == 8001
     assert options[ROLE_PREFIX + "target"]["choices"] == ["vllm-openai", "zen", "pace"]
     assert options[ROLE_PREFIX + "api_key"]["no_log"] is True
@@ -73,7 +76,9 @@ def test_the_roles_request_passes_the_planners_gate_typed():
     assert asked.serve_args == DEFAULT.serve_args and asked.allow_inactive is True
     assert asked.image == DEFAULT.image and asked.address == "127.0.0.1"  # Jinja defaults
     sent = json.loads(text)
-    assert not any(request.spec_of(k).role_only for k in sent)  # no secret, no role knob
+    role_only = {v.name for v in VARIABLES if v.role_only}
+    assert list(sent) == [f.name for f in fields(Request)]  # the whole request
+    assert not role_only & set(sent)  # no secret, no role knob
 
 
 @pytest.mark.parametrize(

@@ -1,16 +1,17 @@
-"""A deployment request: every option an operator sets, written once.
+"""A deployment request: every option the planner is asked, written once.
 
 `Request` holds each option with its type (its default's), its default, its limits and
-one line of help (`Spec`, in the field's metadata). Everything else is made from it:
-`zenvllm plan`'s flags (runtime/commands_plan.py), the instances role's
-`defaults/main.yml`, `meta/argument_specs.yml` and `templates/request.json.j2`, and the
-variable reference (`python -m zenvllm.reference` writes them; `--check`, run by the unit
-tests, fails when one is stale). The role hands the planner the request as one JSON
-value (`zenvllm plan --request JSON`), checked here field by field through the gate.
+one line of help (`Spec`, in the field's metadata). `zenvllm plan`'s flags are made from
+it (runtime/commands_plan.py), and so is the instances role's view of it
+(image/role_instances.py: each option under its role name with the role's own defaults,
+plus the options only the role uses), from which `python -m zenvllm.reference` writes
+the role's defaults, argument specs and request template and the variable reference.
+The role hands the planner the request as one JSON value (`zenvllm plan --request
+JSON`), checked here field by field through the gate; a name that is not a field here
+(the role's own options included) is refused.
 
-The role's variable for field `x` is `zenvllm_instances_x`. Options only the role uses
-(`role_only`) are here too, for its defaults and its reference, and are refused in a
-request. Pure; standard library only.
+Nothing here knows how a role spells, defaults or templates an option. Pure; standard
+library only.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from zenvllm.core.dtype import CHOICES as DTYPES
 from zenvllm.core.flavors import PRESETS
 from zenvllm.core.targets import TARGETS
 
-ROLE_PREFIX = "zenvllm_instances_"
 LAYOUTS = ("contiguous", "interleaved")
 SUPERVISORS = ("auto", "systemd", "engine")
 
@@ -36,7 +36,7 @@ SUPERVISORS = ("auto", "systemd", "engine")
 class Spec:
     """How one option is typed, limited, documented and rendered."""
 
-    help: str  # one line, for --help, the defaults' comment and the reference
+    help: str  # one line, for --help and the reference
     section: str  # where the reference and the defaults file group it
     flag: str = ""  # `zenvllm plan`'s flag ("" = none: set it in --request)
     exclusive: str = ""  # flags of one group exclude each other on the command line
@@ -49,10 +49,6 @@ class Spec:
     path: bool = False  # an absolute path, or "" for none
     ip: bool = False  # an IP address, or "" for none
     auto: bool = False  # "auto" or a whole number of `low` or more
-    inherit: str = ""  # the playbook-wide variable the role's default follows
-    role_default: Any = None  # the role's default when not the Python one (Jinja or a value)
-    role_only: bool = False  # the role's business: not part of a request
-    secret: bool = False  # never shown (no_log), never in a request
 
 
 def option(default: Any, help: str, section: str, **spec: Any) -> Any:
@@ -63,24 +59,13 @@ def option(default: Any, help: str, section: str, **spec: Any) -> Any:
     return field(default=default, metadata=meta)
 
 
-# A fleet's copies cut over hosts: consecutive runs of `hosts` hosts of the zenvllm group,
-# in inventory order, so a rolling batch of whole runs restarts whole copies.
-PIPELINE_HOSTS = (
-    "{% set fleet = groups['zenvllm'] | default([]) %}{% set p = zenvllm_instances_hosts "
-    "| int %}{{ fleet[fleet.index(inventory_hostname) // p * p :][:p] if p > 1 and "
-    "inventory_hostname in fleet else [inventory_hostname] }}"
-)
-
-MODEL, DEPLOY, HOST, IMAGE, SECRETS, SUPERVISE, PATHS, CHECKS, ROLLOUT = (
+MODEL, DEPLOY, HOST, IMAGE, SUPERVISE, PATHS = (
     "The model",
     "The deployment",
     "The host the plan is for",
     "The image and each container",
-    "Secrets",
     "Supervision and the engine",
     "Where things go on the host",
-    "Checks after launch",
-    "Rollout",
 )
 
 
@@ -94,34 +79,6 @@ class Request:
         flag="--model",
         exclusive="model",
         path=True,
-        inherit="zenvllm_model_dir",
-    )
-    model_src: str = option(
-        "",
-        "A model directory on the controller, sent to model_dir with rsync (only what "
-        "differs; a cut transfer resumes).",
-        MODEL,
-        inherit="zenvllm_model_src",
-        role_only=True,
-    )
-    model_url: str = option(
-        "",
-        "A mirror's http(s) URL of the model directory (or <HF_ENDPOINT>/<org>/<model>/"
-        "resolve/<revision>), fetched with resumable ranges; needs model_manifest.",
-        MODEL,
-        inherit="zenvllm_model_url",
-        role_only=True,
-    )
-    model_manifest: str = option(
-        "",
-        "A manifest on the controller (size and SHA-256 per file, `zenvllm model manifest "
-        'DIR`) every host\'s copy is verified against; "" = made from model_src.',
-        MODEL,
-        inherit="zenvllm_model_manifest",
-        role_only=True,
-    )
-    model_rsync_opts: tuple[str, ...] = option(
-        (), "More rsync options for model_src, e.g. --bwlimit=50m.", MODEL, role_only=True
     )
     served_model_name: str = option(
         "", 'The model name clients ask for ("" = the model directory\'s name).', MODEL
@@ -193,15 +150,6 @@ class Request:
         high=4096,
         example="2",
     )
-    pipeline_hosts: tuple[str, ...] = option(
-        (),
-        "The inventory hosts one copy is cut over, head first (default: with hosts > 1, "
-        "this host's run of `hosts` hosts of the zenvllm group in inventory order: the "
-        "first `hosts` hosts make one copy, the next `hosts` the next).",
-        DEPLOY,
-        role_default=PIPELINE_HOSTS,
-        role_only=True,
-    )
     host_rank: int = option(
         0,
         "This host's stage in its copy's pipeline: 0 is the head, which serves; the "
@@ -212,8 +160,6 @@ class Request:
         low=0,
         high=4095,
         example="1",
-        role_default="{{ zenvllm_instances_pipeline_hosts.index(inventory_hostname) if "
-        "inventory_hostname in zenvllm_instances_pipeline_hosts else 0 }}",
     )
     head_address: str = option(
         "",
@@ -224,10 +170,6 @@ class Request:
         flag="--head-address",
         ip=True,
         example="10.0.0.11",
-        role_default="{{ (hostvars[zenvllm_instances_pipeline_hosts[0]].zenvllm_private_address "
-        "| default(hostvars[zenvllm_instances_pipeline_hosts[0]].ansible_host | "
-        "default(zenvllm_instances_pipeline_hosts[0]))) if zenvllm_instances_pipeline_hosts "
-        "| length > 1 else '' }}",
     )
     head_port: int = option(
         29500,
@@ -251,7 +193,6 @@ class Request:
         "with a warning in the plan and each instance's log); false refuses.",
         DEPLOY,
         flag="--allow-inactive",
-        role_default=True,  # Ansible deploys zen or pace anywhere, loudly
     )
     layout: str = option(
         "contiguous",
@@ -271,46 +212,9 @@ class Request:
     )
     address: str = option(
         "127.0.0.1",
-        "Where the instances listen: loopback behind the host's gateway; in a routed fleet "
-        "(a zenvllm_router group) the host's private address (zenvllm_private_address).",
+        "Where the instances listen: loopback behind the host's gateway; behind a router "
+        "the host's private address.",
         DEPLOY,
-        role_default="{{ (zenvllm_private_address | default(ansible_host | default('127.0.0.1'))) "
-        "if groups['zenvllm_router'] | default([]) | length > 0 else '127.0.0.1' }}",
-    )
-    firewall: bool = option(
-        False,
-        "Off loopback, an nftables table admits to the instances' ports only this host and "
-        "firewall_sources.",
-        DEPLOY,
-        role_default="{{ zenvllm_instances_address != '127.0.0.1' }}",
-        role_only=True,
-    )
-    firewall_sources: tuple[str, ...] = option(
-        (),
-        "The addresses the firewall admits (default: the router and monitoring hosts' "
-        "private addresses).",
-        DEPLOY,
-        role_default="{{ ((groups['zenvllm_router'] | default([])) + "
-        "(groups['zenvllm_monitoring'] | default([]))) | map('extract', hostvars) "
-        "| map(attribute='zenvllm_private_address', default='') | select | unique | list }}",
-        role_only=True,
-    )
-    pipeline_peers: tuple[str, ...] = option(
-        (),
-        "The addresses the firewall admits to a pipeline head's store port (default: the "
-        "private addresses of pipeline_hosts).",
-        DEPLOY,
-        role_default="{{ (zenvllm_instances_pipeline_hosts | map('extract', hostvars) "
-        "| map(attribute='zenvllm_private_address', default='') | select | unique | list) "
-        "if zenvllm_instances_pipeline_hosts | length > 1 else [] }}",
-        role_only=True,
-    )
-    firewall_name: str = option(
-        "zenvllm-firewall",
-        "The firewall's nftables table and unit (the unit re-applies it at boot).",
-        DEPLOY,
-        role_default="{{ zenvllm_instances_deployment }}-firewall",
-        role_only=True,
     )
     kv_cache_gib: int = option(
         0,
@@ -348,25 +252,17 @@ class Request:
         flag="--flavor",
         exclusive="host",
     )
-    python: str = option(
-        "/usr/bin/python3",
-        "The python3 that runs the planner on the host (standard library only).",
-        HOST,
-        role_only=True,
-    )
     # -- the image and each container
     image: str = option(
         "zenvllm/vllm-openai:0.32.0",
         "The image (a tag); the image role resolves its ID.",
         IMAGE,
-        inherit="zenvllm_image",
     )
     image_id: str = option(
         "unknown",
         "The image's ID, on each container's label (a new ID restarts them); the image "
         "role sets it.",
         IMAGE,
-        inherit="zenvllm_image_id",
     )
     user: str = option("10001:10001", "The image's non-root runtime user.", IMAGE)
     container_model_dir: str = option(
@@ -384,23 +280,6 @@ class Request:
     extra_docker_args: tuple[str, ...] = option(
         (), "More `docker run` arguments (e.g. more read-only mounts).", IMAGE
     )
-    # -- secrets
-    hf_token: str = option(
-        "",
-        "HF_TOKEN, written only to the 0600 env files, never shown.",
-        SECRETS,
-        inherit="zenvllm_hf_token",
-        secret=True,
-        role_only=True,
-    )
-    api_key: str = option(
-        "",
-        "VLLM_API_KEY the instances require, written only to the 0600 env files.",
-        SECRETS,
-        inherit="zenvllm_api_key",
-        secret=True,
-        role_only=True,
-    )
     # -- supervision and the engine
     supervisor: str = option(
         "auto",
@@ -409,29 +288,7 @@ class Request:
         SUPERVISE,
         choices=SUPERVISORS,
     )
-    engine_unit: str = option(
-        "docker.service",
-        "The engine's systemd unit the instance units start after and restart with "
-        '("" = none); the host role finds it.',
-        SUPERVISE,
-        role_default="{{ (zenvllm_host_engine_choice | default({})).unit "
-        "| default('docker.service') }}",
-        role_only=True,
-    )
-    docker_bin: str = option(
-        "/usr/bin/docker", "The engine's command line.", SUPERVISE, role_only=True
-    )
-    docker_host: str = option(
-        "",
-        'DOCKER_HOST for engine commands and units ("" = the engine\'s default socket).',
-        SUPERVISE,
-        inherit="zenvllm_docker_host",
-        role_only=True,
-    )
     # -- where things go on the host
-    lib_dir: str = option(
-        "/opt/zenvllm/lib", "Where the planner zipapp goes.", PATHS, role_only=True
-    )
     config_dir: str = option(
         "/etc/zenvllm", "Where each instance's env file and run script go.", PATHS, path=True
     )
@@ -451,66 +308,6 @@ class Request:
         'compiled model ("" = none; every start compiles).',
         PATHS,
         path=True,
-    )
-    planner: str = option(
-        "",
-        "The planner zipapp on the controller, copied to lib_dir (the collection carries "
-        "it; in a checkout `make planner` makes it).",
-        PATHS,
-        role_default="{{ zenvllm_planner | default(role_path ~ '/files/zenvllm.pyz') }}",
-        role_only=True,
-    )
-    # -- checks after launch
-    status_textfile: str = option(
-        "/var/lib/prometheus/node-exporter/zenvllm.prom",
-        "Where a systemd timer writes `zenvllm status` as metrics for the node exporter's "
-        "textfile collector: each instance's placement, memory locality, health and backend "
-        '("" = no timer; it waits until the directory exists).',
-        CHECKS,
-        path=True,
-        role_only=True,
-    )
-    status_interval: str = option(
-        "30s",
-        "How often the timer checks every instance against its plan (systemd time span).",
-        CHECKS,
-        role_only=True,
-    )
-    # -- rollout
-    state: str = option(
-        "present",
-        "present deploys; absent removes the instances, units, env files, firewall and "
-        "compile caches (the model and the image stay).",
-        ROLLOUT,
-        choices=("present", "absent"),
-        inherit="zenvllm_state",
-        role_only=True,
-    )
-    render_only: bool = option(
-        False,
-        "Render the plan's files only: no engine, no units started (flavor checks, dry runs).",
-        ROLLOUT,
-        role_only=True,
-    )
-    health_timeout: int = option(
-        900,
-        "Seconds a restarted instance has to answer /health before the next one restarts.",
-        ROLLOUT,
-        role_only=True,
-    )
-    health_delay: int = option(5, "Seconds between /health polls.", ROLLOUT, role_only=True)
-    drain_timeout: int = option(
-        600,
-        "Seconds an instance out of the gateway's rotation has to finish its requests "
-        "before a rolling update replaces it (the gateway's read timeout).",
-        ROLLOUT,
-        role_only=True,
-    )
-    prune: bool = option(
-        True,
-        "Remove instances (units, containers, env files) the plan no longer has.",
-        ROLLOUT,
-        role_only=True,
     )
 
     # -- what the planner reads of it
@@ -547,9 +344,13 @@ def spec_of(name: str) -> Spec:
 
 def kind(name: str) -> str:
     """str, int, float, bool, list, dict or count: how the option is typed everywhere."""
-    if spec_of(name).auto:
+    return kind_of(spec_of(name), getattr(DEFAULT, name))
+
+
+def kind_of(spec: Spec, default: Any) -> str:
+    """The kind of an option with this spec and default (a role's own options too)."""
+    if spec.auto:
         return "count"
-    default = getattr(DEFAULT, name)
     return {bool: "bool", int: "int", float: "float", str: "str", tuple: "list"}.get(
         type(default), "dict"
     )
@@ -630,9 +431,9 @@ def check(name: str, value: Any, where: str) -> Any:
 
 
 def from_json(text: str, source: str = "--request") -> Request:
-    """A request from JSON: each field checked by its Spec; unknown and role-only keys
+    """A request from JSON: each field checked by its Spec; a key that is not a field
     refused by name; the address must be an IP address."""
-    asked = [n for n, s, _ in specs() if not s.role_only]
+    asked = [n for n, _, _ in specs()]
     fix = f"give a JSON object with some of: {', '.join(asked)}"
     given = gate.obj(gate.parse_json(text, source, fix), source, fix)
     for key in given:
