@@ -30,13 +30,14 @@ def run(
 def test_a_tier_over_its_share_is_named_but_does_not_fail_the_run(tmp_path):
     done = run(tmp_path, "slow=0", "quick=5", "free", script="test-slow) sleep 1.2;;")
     assert done.returncode == 0, done.stdout
-    # bash's SECONDS counts whole seconds: 1.2 s shows as 1 or 2.
-    assert re.search(r"^==> tier slow: passed in 0m[12]s \(share 0m0s\)$", done.stdout, re.M)
-    assert "==> tier quick: passed in 0m0s (share 5m0s)" in done.stdout
-    assert "==> tier free: passed in 0m0s\n" in done.stdout  # no share, none shown
-    assert re.search(r"^  all +0m[12]s +of 5m0s$", done.stdout, re.M), done.stdout
+    # bash's SECONDS counts whole seconds: 1.2 s shows as 1 or 2 (3 on a loaded machine,
+    # where the instant tiers may take a second too).
+    assert re.search(r"^==> tier slow: passed in 0m[123]s \(share 0m0s\)$", done.stdout, re.M)
+    assert re.search(r"^==> tier quick: passed in 0m[01]s \(share 5m0s\)$", done.stdout, re.M)
+    assert re.search(r"^==> tier free: passed in 0m[01]s$", done.stdout, re.M)  # no share
+    assert re.search(r"^  all +0m[1-5]s +of 5m0s$", done.stdout, re.M), done.stdout
     assert re.search(
-        r"over its share of the time budget: slow \(0m[12]s > 0m0s\)$", done.stdout, re.M
+        r"over its share of the time budget: slow \(0m[123]s > 0m0s\)$", done.stdout, re.M
     )
     assert "quick (" not in done.stdout.split("over its share")[1]
     assert done.stdout.rstrip().endswith("make test: every tier passed")
