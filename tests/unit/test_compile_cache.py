@@ -15,7 +15,7 @@ from zenvllm.core.flavors import synthetic_host
 from zenvllm.core.model import model_of_size
 from zenvllm.core.plan import Policy, make_plan
 from zenvllm.core.request import Request
-from zenvllm.runtime import launcher
+from zenvllm.runtime import warm_start
 
 ROOT = "/var/cache/zenvllm/compile"
 SETTINGS = Request(
@@ -102,7 +102,7 @@ def test_mount_points_are_read_from_mountinfo():
         "30 22 8:1 /var/cache/zenvllm/compile/a/k /var/cache/vllm rw - ext4 /dev/vda rw\n"
         "31 22 8:1 /x /with\\040space rw - ext4 /dev/vda rw\n"
     )
-    assert launcher.mount_points(mountinfo) == {"/", "/var/cache/vllm", "/with space"}
+    assert warm_start.mount_points(mountinfo) == {"/", "/var/cache/vllm", "/with space"}
 
 
 def test_the_launcher_says_cold_then_warm_and_keeps_explicit_env(tmp_path, monkeypatch):
@@ -110,27 +110,27 @@ def test_the_launcher_says_cold_then_warm_and_keeps_explicit_env(tmp_path, monke
     root.mkdir()
     info = tmp_path / "mountinfo"
     info.write_text(f"30 22 8:1 /k {root} rw - ext4 /dev/vda rw\n")
-    monkeypatch.setattr(launcher, "MOUNTINFO", info)
+    monkeypatch.setattr(warm_start, "MOUNTINFO", info)
     env = {"VLLM_CACHE_ROOT": str(root), "VLLM_USE_AOT_COMPILE": "1"}
-    assert "cold" in launcher.use_compile_cache(env)
+    assert "cold" in warm_start.use_compile_cache(env)
     assert env["TORCHINDUCTOR_CACHE_DIR"] == f"{root}/inductor"
     assert env["VLLM_USE_AOT_COMPILE"] == "1"  # the operator's choice stays
     (root / "inductor" / "ab").mkdir(parents=True)
     (root / "inductor" / "ab" / "k.so").write_bytes(b"x" * 2_000_000)
-    line = launcher.use_compile_cache(dict(env))
+    line = warm_start.use_compile_cache(dict(env))
     assert "warm (1 compiled artifacts, 2.0 MB" in line
 
 
 def test_the_launcher_says_a_cache_outside_a_volume_is_not_kept(tmp_path, monkeypatch):
     info = tmp_path / "mountinfo"
     info.write_text("22 1 0:21 / / rw - overlay overlay rw\n")
-    monkeypatch.setattr(launcher, "MOUNTINFO", info)
+    monkeypatch.setattr(warm_start, "MOUNTINFO", info)
     env = {"VLLM_CACHE_ROOT": str(tmp_path)}
-    assert "not kept" in launcher.use_compile_cache(env)
+    assert "not kept" in warm_start.use_compile_cache(env)
     assert env["VLLM_USE_AOT_COMPILE"] == "0"
 
 
 def test_an_unwritable_root_leaves_vllms_defaults(tmp_path):
     env = {"VLLM_CACHE_ROOT": str(tmp_path / "absent")}
-    assert "not kept" in launcher.use_compile_cache(env)
+    assert "not kept" in warm_start.use_compile_cache(env)
     assert "TORCHINDUCTOR_CACHE_DIR" not in env

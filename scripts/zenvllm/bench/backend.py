@@ -20,7 +20,7 @@ from zenvllm.bench import http_client, layouts
 from zenvllm.bench.layouts import Configuration
 from zenvllm.core import gate
 from zenvllm.core.observed import PLATFORM_CODE, PLATFORMS
-from zenvllm.runtime import launcher
+from zenvllm.runtime import warm_start
 from zenvllm.runtime.engine import DOCKER
 
 PROFILE_MOUNT = "/profile"
@@ -127,7 +127,7 @@ def cache_state(dirs: tuple[str, ...]) -> str:
     cache. Asked before the servers start: they begin filling it at once."""
     if not dirs:
         return "none"
-    return "warm" if any(launcher.artifacts(Path(d))[0] for d in dirs) else "cold"
+    return "warm" if any(warm_start.artifacts(Path(d))[0] for d in dirs) else "cold"
 
 
 Wait = Callable[[list[tuple[str, int]]], float]  # the bench's wait for /health

@@ -6,15 +6,14 @@ import argparse
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from zenvllm.bench import bandwidth, document, gateway, layouts, metrics, runner, workloads
+from zenvllm.bench import bandwidth, document, flags, gateway, layouts, metrics, runner, workloads
 from zenvllm.bench.gateway import Deployment
 from zenvllm.bench.roofline import Bandwidth
-from zenvllm.core import arguments, gate
-from zenvllm.core.arguments import real, whole
+from zenvllm.core import gate
 from zenvllm.core.container import EAGER_PIPELINE
 from zenvllm.core.cores import usable_cores
 from zenvllm.core.errors import UserError
@@ -25,64 +24,6 @@ from zenvllm.image import baseimage, outputs, peers, render
 from zenvllm.runtime.engine import DOCKER
 
 DEFAULT_MAX_MODEL_LEN = 512
-
-
-@dataclass(frozen=True)
-class ImageTags:
-    """--image, --zen-image, --pace-image, --llamacpp-image (None: the default tag)."""
-
-    vllm_openai: str | None
-    zen: str | None
-    pace: str | None
-    llamacpp: str | None
-
-
-@dataclass(frozen=True)
-class BenchRequest:
-    """What the command is asked: every option its flags give, in --help's order, typed
-    and frozen; None where a flag without a default of its own was left out (the parser
-    alone holds the defaults). request_of builds it once from argparse's Namespace, which
-    stays in run; the helpers take it or the fields they need. Nothing in it is checked
-    yet: run checks the paths and values in the order it always has."""
-
-    model: Path  # not yet checked to be a directory
-    quick: bool
-    configs: str | None  # the comma list, parsed by layouts.parse_configs
-    weights: tuple[str, ...]  # each NAME=DIR as given
-    # The workload flags: each overrides the Workload field of its name when given.
-    repeats: int | None
-    input_len: int | None
-    output_len: int | None
-    num_prompts: int | None
-    concurrency: int | None
-    warmup_prompts: int | None
-    batch1_prompts: int | None
-    compile: bool  # never fall back to --enforce-eager
-    compile_cache: Path | None
-    restart: bool  # not --no-restart
-    serve_env: tuple[tuple[str, str], ...]  # KEY=VALUE pairs in the order given
-    max_model_len: int | None
-    images: ImageTags
-    gateway_flag: str | None  # --gateway: 'deploy' or a running deployment's URL
-    base_port: int
-    out: Path
-    start_timeout: float
-    plots: bool  # not --no-plots
-    metrics_file: Path | None
-    dry_run: bool
-
-    def workload_overrides(self) -> dict[str, int]:
-        """The workload flags given, by Workload field."""
-        flags = {
-            "input_len": self.input_len,
-            "output_len": self.output_len,
-            "num_prompts": self.num_prompts,
-            "concurrency": self.concurrency,
-            "repeats": self.repeats,
-            "warmup_prompts": self.warmup_prompts,
-            "batch1_prompts": self.batch1_prompts,
-        }
-        return {name: value for name, value in flags.items() if value is not None}
 
 
 def default_image(target: str) -> str:
@@ -176,7 +117,7 @@ def peers_for(names: list[str], model: Model) -> tuple[list[str], list[str]]:
 
 def run(args: argparse.Namespace) -> int:
     """The command's entry point: its flags, read once into a request, then the bench."""
-    request = request_of(args)
+    request = flags.request_of(args)
     model_dir, out_dir, compile_cache = checked_paths(request)
     model = read_model(model_dir)
     max_len = request.max_model_len or min(DEFAULT_MAX_MODEL_LEN, model.max_model_len or 10**9)
@@ -226,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
     return measure_and_report(configs, settings, request.out, request.metrics_file)
 
 
-def checked_paths(request: BenchRequest) -> tuple[Path, Path, str]:
+def checked_paths(request: flags.BenchRequest) -> tuple[Path, Path, str]:
     """(the model's directory, the output directory, the compile cache's or ""): the
     request's paths, each checked before any work, --out first."""
     out, model, compile_cache = request.out, request.model, request.compile_cache
@@ -246,7 +187,7 @@ def checked_paths(request: BenchRequest) -> tuple[Path, Path, str]:
 
 
 def configurations(
-    request: BenchRequest, model_dir: Path, model: Model, max_len: int
+    request: flags.BenchRequest, model_dir: Path, model: Model, max_len: int
 ) -> tuple[Host, Bandwidth | None, list[layouts.Configuration], list[str]]:
     """(this host, its bandwidth, the configurations --configs and --weights name on it,
     the notes on them)."""
@@ -278,7 +219,7 @@ def measure_and_report(
 
 
 def choose_images(
-    tags: ImageTags,
+    tags: flags.ImageTags,
     dry_run: bool,
     configs: list[layouts.Configuration],
     notes: list[str],
@@ -423,9 +364,6 @@ def print_plan(
     return 0
 
 
-positive = whole(1, 1_000_000)  # repeats, lengths, prompts, concurrency: far past a bench
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "bench",
@@ -434,137 +372,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "planner's layouts and a deploy.yml gateway; write JSON, CSV, a Markdown table "
         "and PNG plots.",
     )
-    add_target_flags(parser)
-    add_workload_flags(parser)
-    add_server_flags(parser)
-    add_image_flags(parser)
-    add_output_flags(parser)
+    flags.add_target_flags(parser)
+    flags.add_workload_flags(parser)
+    flags.add_server_flags(parser)
+    flags.add_image_flags(parser)
+    flags.add_output_flags(parser)
     parser.set_defaults(func=run)
-
-
-def add_target_flags(parser: argparse.ArgumentParser) -> None:
-    """What is measured: the model, its other weights, the configurations."""
-    parser.add_argument("--model", type=Path, required=True, help="local model directory")
-    parser.add_argument("--quick", action="store_true", help="few prompts, one repeat (CI)")
-    parser.add_argument("--configs", help=f"comma list from: {', '.join(layouts.SPECS)}")
-    parser.add_argument(
-        "--weights",
-        action="append",
-        default=[],
-        metavar="NAME=DIR",
-        help="another copy of --model's weights (INT8, INT4...), measured as LAYOUT-NAME "
-        "with each planner layout of --configs planned for it (repeatable)",
-    )
-
-
-def add_workload_flags(parser: argparse.ArgumentParser) -> None:
-    """What each configuration is asked to do, over --quick's or the full workload."""
-    parser.add_argument("--repeats", type=positive, help="measured runs per configuration")
-    parser.add_argument("--input-len", type=positive, help="random prompt tokens")
-    parser.add_argument("--output-len", type=positive, help="tokens generated per request")
-    parser.add_argument("--num-prompts", type=positive, help="requests per repeat, all clients")
-    parser.add_argument("--concurrency", type=positive, help="requests in flight, all clients")
-    parser.add_argument(
-        "--warmup-prompts", type=whole(0), help="requests before the measured repeats"
-    )
-    parser.add_argument(
-        "--batch1-prompts",
-        type=whole(0, 1000),
-        help="after the repeats, requests one at a time to each configuration's first "
-        f"instance (default {workloads.FULL.batch1_prompts}; 0: no batch-1 figures)",
-    )
-
-
-def add_server_flags(parser: argparse.ArgumentParser) -> None:
-    """How the servers start: compiled or eager, their caches, their environment."""
-    parser.add_argument(
-        "--compile",
-        action="store_true",
-        help="never fall back to --enforce-eager (the image has a C++ compiler)",
-    )
-    parser.add_argument(
-        "--compile-cache",
-        type=Path,
-        metavar="DIR",
-        help="keep vLLM's compile caches under DIR across runs, stock's too (its start-up "
-        "only); default: a fresh one per run, removed after it, so each run measures cold "
-        "starts and the planner's warm restart",
-    )
-    parser.add_argument("--no-restart", action="store_true", help="skip the planner's restart")
-    parser.add_argument(
-        "--serve-env",
-        type=arguments.env_pair,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="set in the planner's containers over what it planned (repeatable), e.g. to "
-        "measure a layout with another binding",
-    )
-    parser.add_argument(
-        "--max-model-len", type=arguments.max_model_len, help="served context length"
-    )
-
-
-def add_image_flags(parser: argparse.ArgumentParser) -> None:
-    """What serves: the images, the gateway, the ports."""
-    parser.add_argument("--image", help="vllm-openai image tag (default: what make image builds)")
-    parser.add_argument("--zen-image", help="zen image tag (default: make image TARGET=zen)")
-    parser.add_argument("--pace-image", help="pace image tag (default: make image TARGET=pace)")
-    parser.add_argument(
-        "--llamacpp-image", help="llama.cpp peer image tag (default: make peer-image)"
-    )
-    parser.add_argument(
-        "--gateway",
-        metavar="deploy|URL",
-        help="measure a gateway too: 'deploy' runs ansible/playbooks/deploy.yml here for the run "
-        "and takes it down after; a URL measures a running deployment",
-    )
-    parser.add_argument("--base-port", type=arguments.port, default=8401, help="first server port")
-
-
-def add_output_flags(parser: argparse.ArgumentParser) -> None:
-    """Where the results go, how long a server may take to start, a dry run."""
-    parser.add_argument("--out", type=Path, default=Path("out/bench"), help="output directory")
-    parser.add_argument(
-        "--start-timeout", type=real(0, 86400, example=900), default=900, help="seconds to /health"
-    )
-    parser.add_argument("--no-plots", action="store_true", help="skip the PNGs (no matplotlib)")
-    parser.add_argument(
-        "--metrics-file",
-        type=Path,
-        help="also write the results as Prometheus gauges here (the node exporter's textfile "
-        "directory: /var/lib/prometheus/node-exporter/zenvllm_bench.prom)",
-    )
-    parser.add_argument(
-        "--dry-run", action="store_true", help="print the configurations as JSON, run nothing"
-    )
-
-
-def request_of(args: argparse.Namespace) -> BenchRequest:
-    """The one reader of the bench's Namespace: every flag, typed, in --help's order."""
-    return BenchRequest(
-        model=args.model,
-        quick=args.quick,
-        configs=args.configs,
-        weights=tuple(args.weights),
-        repeats=args.repeats,
-        input_len=args.input_len,
-        output_len=args.output_len,
-        num_prompts=args.num_prompts,
-        concurrency=args.concurrency,
-        warmup_prompts=args.warmup_prompts,
-        batch1_prompts=args.batch1_prompts,
-        compile=args.compile,
-        compile_cache=args.compile_cache,
-        restart=not args.no_restart,
-        serve_env=tuple(args.serve_env),
-        max_model_len=args.max_model_len,
-        images=ImageTags(args.image, args.zen_image, args.pace_image, args.llamacpp_image),
-        gateway_flag=args.gateway,
-        base_port=args.base_port,
-        out=args.out,
-        start_timeout=args.start_timeout,
-        plots=not args.no_plots,
-        metrics_file=args.metrics_file,
-        dry_run=args.dry_run,
-    )

@@ -185,24 +185,22 @@ def head_port(instance: Instance, request: Request) -> int:
     return request.head_port + instance.index
 
 
-def container_of(instance: Instance, request: Request, secrets: str = "") -> Container:
-    """The container of one planned instance (a plan.Instance) as the request asks, its
-    supervisor decided (not auto); `secrets` is their digest."""
-    if request.supervisor not in SUPERVISORS:
-        raise ValueError(f"supervisor {request.supervisor!r}: decide it before planning")
-    name = instance.name
-    env_file = f"{request.config_dir}/{name}.env"
-    served = request.served_name
+def env_of(instance: Instance, request: Request) -> dict[str, str]:
+    """The env file's content, secrets aside: the plan's env, the request's over it."""
     env = {**instance.env, "HF_HUB_OFFLINE": "1", **request.extra_env}
     if instance.pipeline_parallel_size > 1:
         # The address the group's hosts reach this one on: vLLM's head announces its
         # message queue there, and falls back to 0.0.0.0 (which the other hosts take for
         # themselves: the group hangs) where no default route names one.
         env.setdefault("VLLM_HOST_IP", request.address)
-    stage = stage_args(instance, request)  # [] for a copy on one host
-    command = [
+    return env
+
+
+def command_of(instance: Instance, request: Request, stage: list[str]) -> list[str]:
+    """The image's arguments, which the launcher passes to `vllm serve`."""
+    return [
         f"--model={request.container_model_dir}",
-        f"--served-model-name={served}",
+        f"--served-model-name={request.served_name}",
         f"--host={request.address}",
         f"--port={instance.port}",
         *([f"--max-model-len={request.max_model_len}"] if request.max_model_len else []),
@@ -216,13 +214,25 @@ def container_of(instance: Instance, request: Request, secrets: str = "") -> Con
         *stage,
         *request.serve_args,
     ]
-    cache = ""
-    if request.compile_cache_dir:
-        key = compile_cache.key(
-            f"{request.image}@{request.image_id}", placement(instance), command, env
-        )
-        cache = compile_cache.host_dir(request.compile_cache_dir, name, key)
-    options = [
+
+
+def cache_dir_of(
+    instance: Instance, request: Request, command: list[str], env: dict[str, str]
+) -> str:
+    """The host directory of the instance's compile cache, by its key ("" for none)."""
+    if not request.compile_cache_dir:
+        return ""
+    key = compile_cache.key(
+        f"{request.image}@{request.image_id}", placement(instance), command, env
+    )
+    return compile_cache.host_dir(request.compile_cache_dir, instance.name, key)
+
+
+def options_of(instance: Instance, request: Request, env_file: str, cache: str) -> list[str]:
+    """`docker run`'s options but the config label: name, placement, security, mounts,
+    labels."""
+    name = instance.name
+    return [
         f"--name={name}",
         "--network=host",
         *placement(instance),
@@ -243,6 +253,20 @@ def container_of(instance: Instance, request: Request, secrets: str = "") -> Con
         f"--label=zenvllm.target={request.target}",
         *request.extra_docker_args,
     ]
+
+
+def container_of(instance: Instance, request: Request, secrets: str = "") -> Container:
+    """The container of one planned instance (a plan.Instance) as the request asks, its
+    supervisor decided (not auto); `secrets` is their digest."""
+    if request.supervisor not in SUPERVISORS:
+        raise ValueError(f"supervisor {request.supervisor!r}: decide it before planning")
+    name = instance.name
+    env_file = f"{request.config_dir}/{name}.env"
+    env = env_of(instance, request)
+    stage = stage_args(instance, request)  # [] for a copy on one host
+    command = command_of(instance, request, stage)
+    cache = cache_dir_of(instance, request, command, env)
+    options = options_of(instance, request, env_file, cache)
     # Everything that shapes the container, the env file (secrets by digest) included:
     # a container whose label differs is out of date and gets replaced.
     shape = [options, request.image, command, sorted(env.items()), secrets]
@@ -252,7 +276,7 @@ def container_of(instance: Instance, request: Request, secrets: str = "") -> Con
         address=request.address,
         port=instance.port,
         image=request.image,
-        served_model_name=served,
+        served_model_name=request.served_name,
         options=(*options, f"--label=zenvllm.config={config_hash}"),
         command=tuple(command),
         env=env,

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from zenvllm.core import request
-from zenvllm.core.request import DEPLOY, HOST, MODEL, PATHS, SUPERVISE, Spec
+from zenvllm.core.options import Spec, kind_of
+from zenvllm.core.request import DEPLOY, HOST, MODEL, PATHS, SUPERVISE
 
 ROLE_PREFIX = "zenvllm_instances_"
 SECRETS, CHECKS, ROLLOUT = "Secrets", "Checks after launch", "Rollout"
@@ -94,7 +95,7 @@ def own(
         name,
         spec,
         default,
-        request.kind_of(spec, default),
+        kind_of(spec, default),
         help,
         inherit=inherit,
         role_default=role_default,

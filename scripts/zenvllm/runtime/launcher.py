@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from zenvllm.core import compile_cache, deployed, gate
+from zenvllm.core import deployed, gate
 from zenvllm.core.accelerators import (
     installed,
     pace_state,
@@ -34,7 +34,7 @@ from zenvllm.core.accelerators import (
 from zenvllm.core.errors import UserError
 from zenvllm.core.host import Host
 from zenvllm.core.topology import format_cpu_list, parse_cpu_list
-from zenvllm.runtime import group
+from zenvllm.runtime import group, warm_start
 from zenvllm.runtime.health import LISTEN_FILE
 
 if TYPE_CHECKING:  # read_model is imported where a bare run plans, not at start-up
@@ -301,47 +301,6 @@ def log_state(active: bool, message: str, wanted: bool) -> None:
     log(message if active or not wanted else f"WARNING: {message}")
 
 
-# -- compile cache ---------------------------------------------------------------
-MOUNTINFO = Path("/proc/self/mountinfo")
-MAX_COUNTED = 100_000  # a walk of the cache stops here: enough to say "warm"
-
-
-def mount_points(mountinfo: str) -> set[str]:
-    """The mount points of /proc/self/mountinfo (its fifth field; spaces as \\040)."""
-    points = set()
-    for line in mountinfo.splitlines():
-        fields = line.split()
-        if len(fields) > 4:
-            points.add(fields[4].replace("\\040", " "))
-    return points
-
-
-def artifacts(root: Path) -> tuple[int, int]:
-    """Files and bytes Inductor left under the cache (its kernels, graphs), bounded."""
-    files = size = 0
-    for path in (root / "inductor").rglob("*"):
-        with contextlib.suppress(OSError):
-            if path.is_file():
-                files, size = files + 1, size + path.stat().st_size
-        if files >= MAX_COUNTED:
-            break
-    return files, size
-
-
-def use_compile_cache(env: dict[str, str]) -> str:
-    """Point vLLM and Inductor at the cache directory (where the environment does not
-    already) and say whether this start is warm; vLLM's defaults where it is not writable."""
-    root = env.get("VLLM_CACHE_ROOT") or compile_cache.CONTAINER_DIR
-    if not os.access(root, os.W_OK):
-        env.setdefault("VLLM_USE_AOT_COMPILE", "0")
-        return compile_cache.describe(root, 0, 0, kept=False)
-    for key, value in compile_cache.env(root).items():
-        env.setdefault(key, value)
-    mounts = gate.read_text(MOUNTINFO, gate.PROCFS, "run it on Linux", optional=True) or ""
-    kept = root.rstrip("/") in mount_points(mounts)
-    return compile_cache.describe(root, *artifacts(Path(root)), kept=kept)
-
-
 # -- main ----------------------------------------------------------------------
 def check_deployed(env: dict[str, str], host: Host, target: str) -> int:
     """A deployment applied a plan: check this container against it; the plan's shm MiB."""
@@ -415,7 +374,7 @@ def prepare(
             "install them or remove them from LD_PRELOAD"
         )
     log(f"LD_PRELOAD ok: {env.get('LD_PRELOAD') or '(empty)'}")
-    log(use_compile_cache(env))
+    log(warm_start.use_compile_cache(env))
 
     pace_active = False
     zentorch = installed("zentorch")
