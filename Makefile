@@ -24,8 +24,8 @@ TIERS   := fast=2 image=14 serve=10 ansible=34 bench=11 reliability=4
 # Made beside the tiers before the one that needs them (tests/support/prebuild.py): from
 # the end of the image tier, the nspawn hosts' root and the fleet's image archive, which
 # the ansible tier waits for; from the end of the serve tier, whose compiles keep both
-# cores busy (beside it, a fresh run's serve tier took 18.9 minutes, 13.5 without), the
-# llama.cpp peer, built while the ansible tier leaves them idle about half the time.
+# cores busy (docs/development.md), the llama.cpp peer, built while the ansible tier
+# leaves them idle about half the time.
 BACKGROUND := prebuild-hosts:image:ansible prebuild-peer:serve:bench
 
 .PHONY: help venv venv-deploy planner package collection reference lint unit test test-fast fuzz engine base-image tiny-model image deploy undeploy \
