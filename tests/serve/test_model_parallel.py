@@ -38,7 +38,7 @@ from zenvllm.core.container import Container, container_of
 from zenvllm.core.host import GIB, Host, Node
 from zenvllm.core.model import read_model
 from zenvllm.core.plan import Instance, Policy, make_plan
-from zenvllm.core.request import DEFAULT, Request
+from zenvllm.core.request import Request
 from zenvllm.core.topology import read_host
 from zenvllm.runtime.health import healthy
 
@@ -87,8 +87,7 @@ def request_for(image: str, work: Path, **asked) -> Request:
 def start(container: Container) -> None:
     Path(container.env_file).write_text(container.env_text)
     if container.cache_dir:  # as the instances role makes it: the image's user writes it
-        Path(container.cache_dir).mkdir(parents=True, exist_ok=True)
-        os.chown(container.cache_dir, *(int(i) for i in DEFAULT.user.split(":")))
+        engine.for_the_image_user(container.cache_dir)
     engine.docker(*container.run_args)
 
 

@@ -23,9 +23,9 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from zenvllm.bench.runner import CONTAINER_USER
 from zenvllm.core import compile_cache
 from zenvllm.core.errors import UserError
-from zenvllm.core.request import DEFAULT
 from zenvllm.core.topology import format_cpu_list
 from zenvllm.runtime.engine import Cli
 
@@ -187,23 +187,48 @@ def serve(
 CACHE_MOUNT = compile_cache.CONTAINER_DIR
 
 
+def for_the_image_user(path: Path | str) -> Path:
+    """`path` made (with its parents) and owned by the image's user, as the instances
+    role and the bench make the directories a container writes (runner.CONTAINER_USER)."""
+    made = Path(path)
+    made.mkdir(parents=True, exist_ok=True)
+    os.chown(made, *CONTAINER_USER)
+    return made
+
+
 def kept_compile_cache(image: str, *what: str) -> Path:
     """A compile cache directory kept between runs, owned by the image's user: one per
     image build (its ID) and per server (`what` it serves), so a second run of a tier
-    starts warm, as a deployment's restart does. vLLM and
-    Inductor key what they compile inside it. Directories of builds the engine no longer
-    has are removed (all under COMPILE_CACHES is the tests' own)."""
+    starts warm, as a deployment's restart does. vLLM and Inductor key what they compile
+    inside it. A build's directory carries compile_cache's mark file, as a deployment's
+    does; a marked one of a build the engine no longer has is removed, anything else
+    there is left alone."""
     root = Path(engine_env()["ZENVLLM_CACHE"]) / COMPILE_CACHES
     build = image_id(image).split(":")[-1][:12]
     for old in root.iterdir() if root.is_dir() else ():
-        gone = docker("image", "inspect", old.name, check=False).returncode != 0
-        if old.name != build and gone:
+        if old.name != build and marked(old) and not docker_has_image(old.name):
             shutil.rmtree(old, ignore_errors=True)
-    path = root / build / hashlib.sha256(json.dumps(what).encode()).hexdigest()[:16]
-    path.mkdir(parents=True, exist_ok=True)
-    uid, gid = (int(i) for i in DEFAULT.user.split(":"))
-    os.chown(path, uid, gid)
-    return path
+    for_the_image_user(root / build)
+    (root / build / compile_cache.MARK_FILE).write_text(
+        f"{compile_cache.MARK} the serve and image tiers' compile caches of image {build}\n"
+    )
+    return for_the_image_user(
+        root / build / hashlib.sha256(json.dumps(what).encode()).hexdigest()[:16]
+    )
+
+
+def marked(directory: Path) -> bool:
+    """Whether the directory (not a link) carries compile_cache's mark: ours to remove."""
+    mark = directory / compile_cache.MARK_FILE
+    if directory.is_symlink() or not directory.is_dir() or not mark.is_file():
+        return False
+    with contextlib.suppress(OSError), mark.open("rb") as f:
+        return f.read(100).startswith(compile_cache.MARK.encode())
+    return False
+
+
+def docker_has_image(ref: str) -> bool:
+    return docker("image", "inspect", ref, check=False).returncode == 0
 
 
 def logs(name: str) -> str:
