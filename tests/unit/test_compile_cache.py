@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -111,7 +112,7 @@ def test_the_launcher_says_cold_then_warm_and_keeps_explicit_env(tmp_path, monke
     info = tmp_path / "mountinfo"
     info.write_text(f"30 22 8:1 /k {root} rw - ext4 /dev/vda rw\n")
     monkeypatch.setattr(warm_start, "MOUNTINFO", info)
-    env = {"VLLM_CACHE_ROOT": str(root), "VLLM_USE_AOT_COMPILE": "1"}
+    env = {"VLLM_CACHE_ROOT": str(root), "VLLM_USE_AOT_COMPILE": "1", "TMPDIR": str(tmp_path)}
     assert "cold" in warm_start.use_compile_cache(env)
     assert env["TORCHINDUCTOR_CACHE_DIR"] == f"{root}/inductor"
     assert env["VLLM_USE_AOT_COMPILE"] == "1"  # the operator's choice stays
@@ -125,7 +126,7 @@ def test_the_launcher_says_a_cache_outside_a_volume_is_not_kept(tmp_path, monkey
     info = tmp_path / "mountinfo"
     info.write_text("22 1 0:21 / / rw - overlay overlay rw\n")
     monkeypatch.setattr(warm_start, "MOUNTINFO", info)
-    env = {"VLLM_CACHE_ROOT": str(tmp_path)}
+    env = {"VLLM_CACHE_ROOT": str(tmp_path), "TMPDIR": str(tmp_path / "tmp")}
     assert "not kept" in warm_start.use_compile_cache(env)
     assert env["VLLM_USE_AOT_COMPILE"] == "0"
 
@@ -134,3 +135,25 @@ def test_an_unwritable_root_leaves_vllms_defaults(tmp_path):
     env = {"VLLM_CACHE_ROOT": str(tmp_path / "absent")}
     assert "not kept" in warm_start.use_compile_cache(env)
     assert "TORCHINDUCTOR_CACHE_DIR" not in env
+
+
+def test_inductors_default_directory_links_into_the_kept_cache(tmp_path, monkeypatch):
+    """torch 2.13 builds its precompiled headers under default_cache_dir() whatever
+    TORCHINDUCTOR_CACHE_DIR says: the launcher links that directory into the cache (once;
+    a directory already there is left as it is)."""
+    root = tmp_path / "cache"
+    root.mkdir()
+    info = tmp_path / "mountinfo"
+    info.write_text(f"30 22 8:1 /k {root} rw - ext4 /dev/vda rw\n")
+    monkeypatch.setattr(warm_start, "MOUNTINFO", info)
+    env = {"VLLM_CACHE_ROOT": str(root), "TMPDIR": str(tmp_path), "USER": "vl/lm"}
+    warm_start.use_compile_cache(env)
+    link = tmp_path / "torchinductor_vl_lm"  # torch's sanitising of the name
+    assert link.is_symlink() and link.resolve() == root / "inductor"
+    warm_start.use_compile_cache(dict(env))  # a restart: the link stays
+    assert link.resolve() == root / "inductor"
+    theirs = tmp_path / "other"
+    (theirs / "torchinductor_x").mkdir(parents=True)
+    warm_start.use_compile_cache({**env, "TMPDIR": str(theirs), "USER": "x"})
+    assert not (theirs / "torchinductor_x").is_symlink()
+    assert warm_start.inductor_default_dir({}, 0) == Path("/tmp/torchinductor_root")
