@@ -519,10 +519,15 @@ def test_a_new_configuration_rolls_out_one_at_a_time_and_restarts_warm(deploymen
     for name in NAMES:
         keys = list((base / "compile" / name).iterdir())
         assert len(keys) == 1 and any(keys[0].joinpath("inductor").rglob("*.so")), keys
+    # Inductor's precompiled headers too (torch builds them outside its cache dir, so the
+    # launcher links that dir in): a warm start must not run g++ on them again.
+    headers = {p: p.stat().st_mtime_ns for p in (base / "compile" / NAMES[0]).rglob("*.gch")}
+    assert headers, "no precompiled header in the kept compile cache"
     engine.docker("restart", NAMES[0])
     engine.wait_for(lambda: healthy(PORTS[0]), 600, f"/health of port {PORTS[0]}", every=0.5)
     warm, warm_log = start_log(NAMES[0])
     assert "compile cache: warm" in warm_log, warm_log[-3000:]
+    assert {p: p.stat().st_mtime_ns for p in headers} == headers  # loaded, not rebuilt
     print(f"\ntime to ready, 2 cores: cold {cold:.1f} s, warm {warm:.1f} s")
     assert warm < cold, (cold, warm)
     assert completion("tiny-v2")["usage"]["completion_tokens"] == 8
