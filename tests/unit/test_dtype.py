@@ -9,6 +9,7 @@ import pytest
 from support import cpu
 from support.tiny_model import ensure_tiny_model
 
+from zenvllm.core import plan_doc
 from zenvllm.core.dtype import native_bf16, served_model, serving_dtype
 from zenvllm.core.errors import PlanError
 from zenvllm.core.flavors import PRESETS, synthetic_host
@@ -43,8 +44,8 @@ def test_the_same_model_on_zen4_stays_bfloat16():
     plan = make_plan(synthetic_host(GENOA), model)
     assert (plan.model.dtype, plan.model.weight_bytes) == ("bfloat16", 4 * GIB)
     assert any(n.startswith("dtype bfloat16: AMD EPYC 9454") for n in plan.notes)
-    assert plan.to_dict()["model"]["dtype"] == "bfloat16"
-    container = plan.to_dict()["instances"][0]["container"]
+    assert plan_doc.one(plan)["model"]["dtype"] == "bfloat16"
+    container = plan_doc.one(plan)["instances"][0]["container"]
     assert "--dtype=bfloat16" in container["command"]
 
 

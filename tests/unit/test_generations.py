@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from zenvllm.core import plan_doc
 from zenvllm.core.flavors import synthetic_host
 from zenvllm.core.generations import generation
 from zenvllm.core.model import model_of_size
@@ -47,7 +48,7 @@ def test_an_unknown_part_keeps_its_numbers_and_bad_numbers_are_dropped():
 
 
 def test_flavors_and_the_plan_json_carry_the_generation():
-    plan = make_plan(synthetic_host("epyc-7763-8c-32g"), model_of_size(1)).to_dict()
+    plan = plan_doc.one(make_plan(synthetic_host("epyc-7763-8c-32g"), model_of_size(1)))
     assert plan["host"]["generation"] == "Zen 3"
     assert plan["host"]["model_name"] == "AMD EPYC 7763"
     assert any("AMD EPYC 7763 (Zen 3) has neither" in n for n in plan["notes"])

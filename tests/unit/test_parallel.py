@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 
+from zenvllm.core import plan_doc
 from zenvllm.core.container import container_of
 from zenvllm.core.errors import PlanError
 from zenvllm.core.flavors import synthetic_host
@@ -54,7 +55,7 @@ def test_the_container_runs_vllms_tensor_parallel_over_its_ranks():
     assert "--cpuset-cpus=0-47" in container.options
     assert "--cpuset-mems=0-1" in container.options
     assert "--shm-size=2048m" in container.options  # the ranks exchange through it
-    as_json = plan.to_dict()["instances"][0]
+    as_json = plan_doc.one(plan)["instances"][0]
     assert as_json["tensor_parallel_size"] == 2 and as_json["pipeline_parallel_size"] == 1
     assert [r["node"] for r in as_json["ranks"]] == [0, 1]
 
@@ -128,7 +129,7 @@ def test_a_model_larger_than_a_vm_is_cut_into_one_stage_per_vm():
     per_host = 70 + 2.5 + 1 + group.kv_cache_gib
     assert group.memory_limit_mib * 2**20 == pytest.approx((per_host + 70) * GIB, abs=2**20)
     assert group.env["VLLM_CPU_OMP_THREADS_BIND"] == format_cpu_list(group.omp_cpus)
-    as_json = plan.to_dict()["instances"][0]
+    as_json = plan_doc.one(plan)["instances"][0]
     assert as_json["pipeline_parallel_size"] == 2 and as_json["tensor_parallel_size"] == 1
     assert [r["host"] for r in as_json["ranks"]] == [0, 1]
 

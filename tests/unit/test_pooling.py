@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from test_model import write_safetensors
 
+from zenvllm.core import plan_doc
 from zenvllm.core.flavors import synthetic_host
 from zenvllm.core.model import GENERATE, POOLING, Model, read_model, runner_of
 from zenvllm.core.plan import Policy, make_plan
@@ -86,12 +87,12 @@ def test_an_encoder_gets_one_instance_per_node_and_no_kv_cache():
 def test_the_plan_json_and_the_container_say_pooling(tmp_path):
     host = synthetic_host("vcpus=8,ram_gib=32,numa=1,smt=1,cpu=genoa")
     model = read_model(encoder_dir(tmp_path, BERT, ST_MODULES))
-    doc = make_plan(host, model, Policy()).to_dict()
+    doc = plan_doc.one(make_plan(host, model, Policy()))
     assert doc["model"]["runner"] == POOLING
     (instance,) = doc["instances"]
     assert instance["runner"] == POOLING
     assert "--runner=pooling" in instance["container"]["command"]
-    generator = make_plan(host, Model("tiny", 90 << 20), Policy()).to_dict()
+    generator = plan_doc.one(make_plan(host, Model("tiny", 90 << 20), Policy()))
     assert generator["model"]["runner"] == GENERATE
     command = generator["instances"][0]["container"]["command"]
     assert not any(a.startswith("--runner") for a in command)

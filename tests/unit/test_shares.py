@@ -14,8 +14,9 @@ from zenvllm.core.errors import PlanError
 from zenvllm.core.flavors import synthetic_host
 from zenvllm.core.host import GIB
 from zenvllm.core.model import POOLING, Model
+from zenvllm.core.model_list import Share
 from zenvllm.core.plan import Policy
-from zenvllm.core.shares import Share, counts, divide, plan_models
+from zenvllm.core.shares import counts, divide, plan_models
 from zenvllm.core.topology import read_host
 
 TWO_SOCKETS = read_host(Path(__file__).parents[1] / "fixtures" / "hosts" / "epyc-9354-2s-smt")
@@ -98,23 +99,31 @@ def test_zenvllm_plan_takes_several_models_each_named(tmp_path):
         "--model", f"chat={chat}", "--model", f"embed={embedder}", "--share", "embed=cores:4",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    doc = json.loads(done.stdout)["models"]
-    assert [m["name"] for m in doc] == ["chat", "embed"]
-    cpus = [{c for i in m["plan"]["instances"] for c in i["cpus"]} for m in doc]
+    doc = json.loads(done.stdout)
+    assert [m["served_name"] for m in doc["models"]] == ["chat", "embed"]
+    assert [m["runner"] for m in doc["models"]] == ["generate", "pooling"]
+    by_name = {i["name"]: i for i in doc["instances"]}
+    cpus = [{c for n in m["instances"] for c in by_name[n]["cpus"]} for m in doc["models"]]
     assert cpus[0].isdisjoint(cpus[1]) and len(cpus[1]) == 8  # 4 cores and their siblings
-    embed = doc[1]["plan"]
-    assert embed["model"]["runner"] == "pooling"
-    container = embed["instances"][0]["container"]
+    # One document: the whole host, every instance with its container, ports apart.
+    assert sorted(doc["host"]["allowed_cpus"]) == sorted(doc["host"]["cpus"])
+    assert sorted(by_name) == sorted(n for m in doc["models"] for n in m["instances"])
+    ports = [i["port"] for i in doc["instances"]]
+    assert len(set(ports)) == len(ports)
+    assert doc["max_concurrency"] == sum(m["max_concurrency"] for m in doc["models"])
+    assert all(n.startswith(("chat: ", "embed: ")) for n in doc["notes"]), doc["notes"]
+    container = by_name["site-embed-0"]["container"]
     assert container["name"] == "site-embed-0" and container["served_model_name"] == "embed"
     assert f"--model={embedder}" not in container["command"]  # the container's own mount
+    assert by_name["site-chat-0"]["container"]["served_model_name"] == "chat"
 
 
 @pytest.mark.parametrize(
     ("args", "says"),
     [
         (["--model", "chat=/m/a", "--model", "/m/b"], "with several models each is NAME=DIR"),
-        (["--model", "/m/a", "--share", "a=cores:2"], "--share divides the host between"),
-        (["--model", "a=/m/a", "--model", "b=/m/b", "--share", "c=cores:1"], "--share c: no"),
+        (["--model", "/m/a", "--share", "a=cores:2"], "shares divide the host between"),
+        (["--model", "a=/m/a", "--model", "b=/m/b", "--share", "c=cores:1"], "names c, which no"),
         (["--model", "a=/m/a", "--share", "a=cores:0"], "is not NAME=cores:N or NAME=weight:W"),
     ],
 )

@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from zenvllm.core import deployed, parallel, quantization
-from zenvllm.core.container import container_of, placement
+from zenvllm.core.container import placement
 from zenvllm.core.cores import (
     Cores,
     cores_needed,
@@ -61,7 +61,7 @@ from zenvllm.core.memory import fixed_cost, gib, kv_cache_per_node, page_cache_r
 from zenvllm.core.model import GENERATE, Model
 from zenvllm.core.plan_notes import dtype_note, layout_notes, room_for
 from zenvllm.core.policy import Policy, check_policy
-from zenvllm.core.request import LAYOUTS, Request
+from zenvllm.core.request import LAYOUTS
 from zenvllm.core.targets import TARGETS
 from zenvllm.core.topology import format_cpu_list
 
@@ -143,59 +143,6 @@ class Plan:
     instances: tuple[Instance, ...]
     warnings: tuple[str, ...]
     notes: tuple[str, ...]
-
-    def to_dict(self, request: Request | None = None, secrets: str = "") -> dict[str, Any]:
-        """The JSON contract; each instance carries its container as `request` asks
-        (its supervisor decided), `secrets` the digest of the env files' secrets."""
-        host = self.host
-        request = request or Request(deployment=self.policy.name_prefix, supervisor="systemd")
-        return {
-            "host": {
-                "source": host.source,
-                "vendor": host.vendor,
-                "model_name": host.model_name,
-                "generation": host.generation,
-                "family": host.family,
-                "cpu_model": host.cpu_model,
-                "cpus": [c.id for c in host.cpus],
-                "allowed_cpus": sorted(host.allowed_cpus),
-                "smt": host.smt,
-                "isa": sorted(host.isa),
-                "mem_total_gib": round(host.mem_total_bytes / GIB, 2),
-                "cgroup_mem_limit_gib": (
-                    round(host.cgroup_mem_limit_bytes / GIB, 2)
-                    if host.cgroup_mem_limit_bytes is not None
-                    else None
-                ),
-                "nodes": [
-                    {
-                        "id": n.id,
-                        "cpus": list(n.cpus),
-                        "mem_total_gib": round(n.mem_total_bytes / GIB, 2),
-                    }
-                    for n in host.nodes
-                ],
-            },
-            "model": {
-                "name": self.model.name,
-                "dtype": self.model.dtype,
-                "runner": self.model.runner,
-                "weight_gib": round(self.model.weight_gib, 3),
-                "kv_bytes_per_token": self.model.kv_bytes_per_token,
-                "quantization": q.label if (q := self.model.quantization) else None,
-                "max_model_len": self.max_model_len,
-            },
-            "target": self.policy.target,
-            "layout": self.policy.layout,
-            # Requests the instances can run at once: what the gateway's limits size from.
-            "max_concurrency": len(self.instances) * self.policy.max_num_seqs,
-            "instances": [
-                {**i.to_dict(), "container": container_of(i, request, secrets).to_dict()}
-                for i in self.instances
-            ],
-            "warnings": list(self.warnings),
-            "notes": list(self.notes),
-        }
 
     @property
     def max_model_len(self) -> int | None:

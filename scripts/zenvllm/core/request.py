@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from zenvllm.core import gate
+from zenvllm.core import gate, model_list
 from zenvllm.core.arguments import NAME, is_ip
 from zenvllm.core.dtype import CHOICES as DTYPES
 from zenvllm.core.flavors import PRESETS
@@ -54,6 +54,21 @@ class Request:
     )
     served_model_name: str = option(
         "", 'The model name clients ask for ("" = the model directory\'s name).', MODEL
+    )
+    models: tuple[str, ...] = option(
+        (),
+        "Several models on the host, each NAME=DIR (NAME the name clients ask for, DIR its "
+        "directory on the host), each planned on cores of its own and served behind one "
+        "endpoint; [] = model_dir alone.",
+        MODEL,
+        example='["chat=/srv/models/qwen", "embed=/srv/models/minilm"]',
+    )
+    shares: tuple[str, ...] = option(
+        (),
+        "With several models, a model's share of the host: NAME=cores:N physical cores or "
+        "NAME=weight:W (default: in proportion to its weight bytes).",
+        MODEL,
+        example='["embed=cores:2", "chat=weight:3"]',
     )
     model_size_gib: float = option(
         0.0,
@@ -326,6 +341,23 @@ def check(name: str, value: Any, where: str) -> Any:
     return VALIDATORS[kind(name)](spec, value, where, fix)
 
 
+def several_checked(asked: Request, where: str) -> Request:
+    """Several models: good entries and shares, and nothing of the one-model options."""
+    model_list.checked(asked.models, asked.shares, where)
+    one = [n for n in ("model_dir", "served_model_name", "model_size_gib") if getattr(asked, n)]
+    if asked.models and one:
+        raise gate.InputError(
+            f"{where}: models names each model as NAME=DIR, and {one[0]} is given too; give "
+            f"one model with {one[0]}, or several with models alone"
+        )
+    if asked.models and asked.hosts > 1:
+        raise gate.InputError(
+            f"{where}: hosts is {asked.hosts}, and a copy cut over hosts serves one model; "
+            "plan several models on one host each (hosts 1), or one model over hosts"
+        )
+    return asked
+
+
 def from_json(text: str, source: str = "--request") -> Request:
     """A request from JSON: each field checked by its Spec; a key that is not a field
     refused by name; the address must be an IP address."""
@@ -341,6 +373,7 @@ def from_json(text: str, source: str = "--request") -> Request:
             f"{source}: serve_args names --dtype, which the plan sets; give dtype instead "
             f"({', '.join(DTYPES)}; auto serves what the CPU computes natively)"
         )
+    several_checked(request, source)
     if not is_ip(request.address):
         raise gate.InputError(
             f"{source}: address {request.address!r} is not an IP address; give 127.0.0.1 "

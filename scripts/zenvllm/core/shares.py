@@ -14,25 +14,17 @@ library only.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from zenvllm.core.cores import usable_cores
 from zenvllm.core.errors import PlanError
 from zenvllm.core.host import Host
 from zenvllm.core.model import Model
+from zenvllm.core.model_list import Share
 from zenvllm.core.plan import Plan, make_plan
 from zenvllm.core.policy import Policy
 
 Held = list[tuple[int, tuple[int, ...]]]  # (node, one physical core's CPUs), in order
-
-
-@dataclass(frozen=True)
-class Share:
-    """What one model asks of the host: `cores` physical cores, or a `weight`."""
-
-    name: str  # the served model name
-    cores: int | None = None
-    weight: float | None = None
 
 
 def weight_of(share: Share, model: Model) -> float:

@@ -141,6 +141,8 @@ VARIABLES = (
     ),
     own("model_rsync_opts", (), "More rsync options for model_src, e.g. --bwlimit=50m.", MODEL),
     asked("served_model_name"),
+    asked("models", inherit="zenvllm_models"),
+    asked("shares", inherit="zenvllm_model_shares"),
     asked("model_size_gib"),
     asked("dtype"),
     asked("max_model_len"),

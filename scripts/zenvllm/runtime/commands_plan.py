@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from zenvllm.core import arguments, calibration, gate, request
+from zenvllm.core import arguments, calibration, gate, model_list, plan_doc, request
 from zenvllm.core.arguments import NAME, real, whole
 from zenvllm.core.calibration import DEFAULT_PATH
 from zenvllm.core.container import secrets_digest
@@ -20,7 +19,7 @@ from zenvllm.core.host import GIB, Host
 from zenvllm.core.model import Model, model_of_size, read_model
 from zenvllm.core.plan import Plan, Policy, make_plan
 from zenvllm.core.request import Request
-from zenvllm.core.shares import Share, plan_models
+from zenvllm.core.shares import plan_models
 from zenvllm.core.topology import format_cpu_list, read_host
 from zenvllm.runtime import calibrate
 
@@ -105,20 +104,11 @@ MODELS = (
 )
 
 
-def share_arg(text: str) -> Share:
+def share_arg(text: str) -> str:
     """NAME=cores:N or NAME=weight:W, refused by value with an example."""
-    name, _, how = text.partition("=")
-    kind, _, value = how.partition(":")
-    try:
-        if kind == "cores" and value.isdigit() and int(value) >= 1:
-            return Share(arguments.name(name), cores=int(value))
-        if kind == "weight" and float(value) > 0 and math.isfinite(float(value)):
-            return Share(arguments.name(name), weight=float(value))
-    except ValueError:
-        pass
-    raise argparse.ArgumentTypeError(
-        f"{text!r} is not NAME=cores:N or NAME=weight:W (e.g. embed=cores:4, chat=weight:3)"
-    )
+    if model_list.share(text) is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {model_list.SHARE}")
+    return text
 
 
 def models_asked(args: argparse.Namespace) -> list[tuple[str, str]]:
@@ -142,11 +132,16 @@ def request_from(args: argparse.Namespace) -> Request:
     (systemd where it is PID 1 under --root)."""
     base = request.from_json(args.request) if args.request else request.DEFAULT
     given = {n: getattr(args, n) for n, s, _ in request.specs() if s.flag and hasattr(args, n)}
-    if "model_dir" in given:  # one plain DIR, as before; several: models_asked's
+    if "model_dir" in given:  # one plain DIR, as before; several: NAME=DIR entries
         dirs = given.pop("model_dir")
-        if not models_asked(args):
+        named = models_asked(args)
+        if named:
+            given["models"] = tuple(f"{n}={d}" for n, d in named)
+        else:
             given["model_dir"] = str(Path(dirs[0]).absolute())  # a path, "=" and all
-    asked = replace(base, **given)
+    if args.share:
+        given["shares"] = tuple(args.share)
+    asked = request.several_checked(replace(base, **given), "zenvllm plan")
     if asked.supervisor == "auto":
         booted = asked.flavor or (Path(asked.sysfs_root) / "run/systemd/system").is_dir()
         asked = replace(asked, supervisor="systemd" if booted else "engine")
@@ -228,44 +223,43 @@ def secrets_from_env() -> str:
     return secrets_digest(secrets)
 
 
-def plans_from(args: argparse.Namespace, asked: Request) -> list[tuple[Request, Plan]]:
+def plans_from(args: argparse.Namespace, asked: Request) -> tuple[Host, list[tuple[Request, Plan]]]:
     """Several models on one host: each on its share (core/shares.py), its request the
     deployment's with its own directory, served name and deployment name."""
-    named = models_asked(args)
-    shares = {s.name: s for s in args.share}
-    unknown = sorted(set(shares) - {n for n, _ in named})
-    if unknown:
-        raise UserError(f"--share {unknown[0]}: no --model {unknown[0]}=DIR names it")
+    named = model_list.models_of(asked.models, "models")
+    chosen = model_list.shares_of(asked.shares, [n for n, _ in named], "shares")
     host = host_from(asked)
     asks = [
-        replace(asked, model_dir=d, served_model_name=n, deployment=f"{asked.deployment}-{n}")
+        replace(
+            asked,
+            models=(),
+            shares=(),
+            model_dir=d,
+            served_model_name=n,
+            deployment=f"{asked.deployment}-{n}",
+        )
         for n, d in named
     ]
     models = [model_from(a) for a in asks]
     policy_of = calibrated(args, asked, host)
     applied = [policy_of(a, m) for a, m in zip(asks, models, strict=True)]
-    chosen = [shares.get(n, Share(n)) for n, _ in named]
     plans = plan_models(host, models, chosen, [policy for policy, _ in applied])
     pairs = zip(asks, plans, applied, strict=True)
-    return [(a, warned(p, ignored)) for a, p, (_, ignored) in pairs]
+    return host, [(a, warned(p, ignored)) for a, p, (_, ignored) in pairs]
 
 
 def run(args: argparse.Namespace) -> int:
     asked = request_from(args)
-    if models_asked(args):
-        planned = plans_from(args, asked)
+    if asked.models:
+        host, planned = plans_from(args, asked)
         if args.json:
-            secrets = secrets_from_env()
-            doc = [{"name": a.served_name, "plan": p.to_dict(a, secrets)} for a, p in planned]
-            print(json.dumps({"models": doc}, indent=2))
+            print(json.dumps(plan_doc.several(host, planned, secrets_from_env()), indent=2))
         else:
             print("\n\n".join(f"# {a.served_name}\n{render_table(p)}" for a, p in planned))
         return 0
-    if args.share:
-        raise UserError("--share divides the host between several --model NAME=DIR; give them")
     plan = plan_from(args, asked)
     if args.json:
-        print(json.dumps(plan.to_dict(asked, secrets_from_env()), indent=2))
+        print(json.dumps(plan_doc.one(plan, asked, secrets_from_env()), indent=2))
     else:
         print(render_table(plan))
     return 0
