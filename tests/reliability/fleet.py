@@ -164,6 +164,7 @@ class Fleet:
         for name in self.containers():
             docker("rm", "--force", name, check=False)
         self.site.unlink(missing_ok=True)
+        self.site.with_suffix(".js").unlink(missing_ok=True)  # several models' router
         if default_site_was_there and not NGINX_DEFAULT_SITE.exists():
             NGINX_DEFAULT_SITE.symlink_to("/etc/nginx/sites-available/default")
         if shutil.which("nginx") and Path("/run/nginx.pid").exists():

@@ -65,6 +65,8 @@ def test_the_roles_request_plans_two_models_as_one_document(tmp_path):
     assert len(other) == 4  # two cores and their SMT siblings
     assert all(i["container"]["served_model_name"] in ("chat", "other") for i in names.values())
     assert "model" not in doc  # several: each is in `models`
+    for model in doc["models"]:  # each answers at its own instances' URLs
+        assert model["urls"] == [names[n]["container"]["url"] for n in model["instances"]]
 
 
 def test_one_model_is_listed_in_models_too():
@@ -74,6 +76,7 @@ def test_one_model_is_listed_in_models_too():
     (only,) = doc["models"]
     assert only["served_name"] == "tiny-llama" and only["name"] == doc["model"]["name"]
     assert only["instances"] == [i["name"] for i in doc["instances"]]
+    assert only["urls"] == [i["container"]["url"] for i in doc["instances"]]
 
 
 @pytest.mark.parametrize(

@@ -62,10 +62,14 @@ def one(plan: Plan, request: Request | None = None, secrets: str = "") -> dict[s
     supervisor decided), `secrets` the digest of the env files' secrets. `models` lists
     the model too, as a plan of several models does."""
     request = request or Request(deployment=plan.policy.name_prefix, supervisor="systemd")
+    containers = [container_of(i, request, secrets) for i in plan.instances]
     served = {
         "served_name": request.served_name,
         **model_dict(plan),
         "instances": [i.name for i in plan.instances],
+        # Where it answers: what the gateway sends its requests to (a headless stage
+        # of a copy cut over hosts answers at its head).
+        "urls": [c.url for c in containers if c.serves],
         "max_concurrency": max_concurrency(plan),
     }
     return {
@@ -76,8 +80,8 @@ def one(plan: Plan, request: Request | None = None, secrets: str = "") -> dict[s
         "layout": plan.policy.layout,
         "max_concurrency": max_concurrency(plan),
         "instances": [
-            {**i.to_dict(), "container": container_of(i, request, secrets).to_dict()}
-            for i in plan.instances
+            {**i.to_dict(), "container": c.to_dict()}
+            for i, c in zip(plan.instances, containers, strict=True)
         ],
         "warnings": list(plan.warnings),
         "notes": list(plan.notes),
