@@ -29,17 +29,19 @@ def cpus_of(plan) -> set[int]:
 
 
 def test_a_chat_model_and_an_embedder_share_the_host_without_sharing_a_core():
-    policies = [Policy(name_prefix="site-chat"), Policy(name_prefix="site-embed")]
+    policies = [Policy(name_prefix="site"), Policy(name_prefix="site")]
     chat, embed = plan_models(TWO_SOCKETS, [CHAT, EMBED], [Share("chat"), Share("embed")], policies)
     assert cpus_of(chat).isdisjoint(cpus_of(embed))
     assert cpus_of(chat) | cpus_of(embed) <= set(TWO_SOCKETS.allowed_cpus)
     # By weight bytes: 15 GiB against 90 MiB leaves the embedder its floor of one core
     # (both SMT siblings), on the last node, and the chat model the other 63.
     assert len(cpus_of(embed)) == 2 and all(i.node == 1 for i in embed.instances)
-    assert {i.name for i in chat.instances} >= {"site-chat-0"}
-    assert [i.name for i in embed.instances] == ["site-embed-0"]
-    ports = [i.port for p in (chat, embed) for i in p.instances]
-    assert len(set(ports)) == len(ports) and ports == sorted(ports)
+    # One deployment's instances, numbered on from one model to the next: names and ports.
+    names = [i.name for p in (chat, embed) for i in p.instances]
+    assert names == [f"site-{n}" for n in range(len(names))]
+    assert [i.port for p in (chat, embed) for i in p.instances] == [
+        Policy().base_port + n for n in range(len(names))
+    ]
     assert chat.notes[0].startswith("chat: 63 of 64 physical cores (its 15.00 GiB of weights)")
     assert embed.notes[0].startswith("embed: 1 of 64 physical cores")
 
@@ -112,10 +114,12 @@ def test_zenvllm_plan_takes_several_models_each_named(tmp_path):
     assert len(set(ports)) == len(ports)
     assert doc["max_concurrency"] == sum(m["max_concurrency"] for m in doc["models"])
     assert all(n.startswith(("chat: ", "embed: ")) for n in doc["notes"]), doc["notes"]
-    container = by_name["site-embed-0"]["container"]
-    assert container["name"] == "site-embed-0" and container["served_model_name"] == "embed"
+    (embed_name,) = doc["models"][1]["instances"]
+    container = by_name[embed_name]["container"]
+    assert container["served_model_name"] == "embed"
+    assert "--label=zenvllm.deployment=site" in container["run_args"]  # one deployment
     assert f"--model={embedder}" not in container["command"]  # the container's own mount
-    assert by_name["site-chat-0"]["container"]["served_model_name"] == "chat"
+    assert by_name["site-0"]["container"]["served_model_name"] == "chat"
 
 
 @pytest.mark.parametrize(

@@ -164,6 +164,7 @@ def instance_of(
     cores), alike on each of its `hosts` (pipeline stages): names, port, binding, sizes
     and env; its memory limit on a host is `limit_bytes` (everything but the KV cache)
     plus the KV cache of each of its ranks there."""
+    index += policy.first_index
     name = f"{policy.name_prefix}-{index}"
     placed = tuple(
         Rank(node, tuple(sorted(c for ids in cores for c in ids)), omp_cpus_of(cores, policy))

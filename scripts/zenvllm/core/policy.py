@@ -24,6 +24,9 @@ class Policy:
     hosts: int = DEFAULT.hosts  # hosts of this kind a copy may be cut over (pipeline stages)
     base_port: int = DEFAULT.base_port
     name_prefix: str = DEFAULT.deployment
+    # Several models on one host: where this model's instances start, so one
+    # deployment's instances are <deployment>-0, -1, ... across its models.
+    first_index: int = 0
     # The image launcher and deployments set it, so zen or pace starts anywhere, loudly.
     allow_inactive: bool = DEFAULT.allow_inactive
     # Memory

@@ -115,13 +115,14 @@ def explain(share: Share, model: Model, mine: Held, total: int) -> str:
 def plan_models(
     host: Host, models: list[Model], shares: list[Share], policies: list[Policy]
 ) -> list[Plan]:
-    """Each model planned on its part of the host with its own policy (which names its
-    instances), the ports numbered on from the previous model's."""
+    """Each model planned on its part of the host with its own policy, its instances
+    numbered on from the previous model's (names and ports: one deployment's instances
+    are <deployment>-0, -1, ... whatever model each serves)."""
     plans: list[Plan] = []
-    port = policies[0].base_port if policies else 0
+    first = 0
     parts = divide(host, models, shares)
     for (part, why), model, policy in zip(parts, models, policies, strict=True):
-        plan = make_plan(part, model, replace(policy, base_port=port))
+        plan = make_plan(part, model, replace(policy, first_index=first))
         plans.append(replace(plan, notes=(why, *plan.notes)))
-        port += len(plan.instances)
+        first += len(plan.instances)
     return plans

@@ -225,7 +225,7 @@ def secrets_from_env() -> str:
 
 def plans_from(args: argparse.Namespace, asked: Request) -> tuple[Host, list[tuple[Request, Plan]]]:
     """Several models on one host: each on its share (core/shares.py), its request the
-    deployment's with its own directory, served name and deployment name."""
+    deployment's with its own directory and served name."""
     named = model_list.models_of(asked.models, "models")
     chosen = model_list.shares_of(asked.shares, [n for n, _ in named], "shares")
     host = host_from(asked)
@@ -236,7 +236,6 @@ def plans_from(args: argparse.Namespace, asked: Request) -> tuple[Host, list[tup
             shares=(),
             model_dir=d,
             served_model_name=n,
-            deployment=f"{asked.deployment}-{n}",
         )
         for n, d in named
     ]
