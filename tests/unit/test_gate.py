@@ -148,6 +148,7 @@ ALLOWED = {
     ("image/baseimage.py", "open"): "streams zenvllm's own base tarball to the engine, unread",
     ("bench/to_gguf.py", "memmap"): "maps tensor data after the gate checked the header",
     ("image/render.py", "FileSystemLoader"): "zenvllm's own templates, in the package",
+    ("reference.py", "safe_load"): "reads back the YAML it just wrote, to check a folded value",
 }
 # Shipped to hosts alone (the host role's ansible.builtin.script): it guards its own reads.
 STANDALONE = {"core/gate.py", "runtime/hostengine.py"}

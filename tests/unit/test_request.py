@@ -20,6 +20,7 @@ from zenvllm import reference
 from zenvllm.core import request
 from zenvllm.core.errors import UserError
 from zenvllm.core.request import DEFAULT, Request
+from zenvllm.image import role_instances
 from zenvllm.image.role_instances import ROLE_PREFIX, VARIABLES
 
 ROLE = reference.INSTANCES
@@ -41,7 +42,8 @@ def test_every_generated_file_is_what_the_schema_makes():
 def test_check_names_a_stale_file_and_leaves_it(tmp_path):
     stale = tmp_path / "main.yml"
     stale.write_text("zenvllm_instances_base_port: 8002\n")
-    assert reference.write_or_compare(stale, reference.defaults_yml(), check=True)
+    made = reference.defaults_yml(role_instances.ROLE)
+    assert reference.write_or_compare(stale, made, check=True)
     assert stale.read_text() == "zenvllm_instances_base_port: 8002\n"
     assert not reference.write_or_compare(stale, stale.read_text(), check=True)
 

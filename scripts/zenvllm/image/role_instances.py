@@ -9,57 +9,21 @@ a Jinja expression over the inventory (`role_default`); and it has options of it
 (`role_only`: the model's delivery, the firewall, the engine's command line, the
 paths of its files, the checks and the rollout), which a request refuses as it refuses
 any name that is not one of its fields. VARIABLES lists them all in the role's order;
-reference.py writes from it the role's `defaults/main.yml`, `meta/argument_specs.yml`
+reference.py writes from ROLE the role's `defaults/main.yml`, `meta/argument_specs.yml`
 and `templates/request.json.j2` (which sends the planner only the request's options)
-and the variable reference.
+and the variable reference. Variable and `own` are every role's (image/role_vars.py).
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from typing import Any
 
 from zenvllm.core import request
-from zenvllm.core.options import Spec, kind_of
 from zenvllm.core.request import DEPLOY, HOST, MODEL, PATHS, SUPERVISE
+from zenvllm.image.role_vars import ROLLOUT, Role, Variable, own
 
 ROLE_PREFIX = "zenvllm_instances_"
-SECRETS, CHECKS, ROLLOUT = "Secrets", "Checks after launch", "Rollout"
-
-
-@dataclass(frozen=True)
-class Variable:
-    """One variable of the role, `ROLE_PREFIX + name`: a request option or the role's own."""
-
-    name: str
-    spec: Spec  # its help, section, flag, choices and limits (the request's, for an option)
-    default: Any  # the Python default, the variable's type
-    kind: str  # str, int, float, bool, list, dict or count (core/request.py's kind)
-    help: str  # one line, for the defaults' comment and the reference
-    inherit: str = ""  # the playbook-wide variable the role's default follows
-    role_default: Any = None  # the role's default when not the Python one (Jinja or a value)
-    role_only: bool = False  # the role's business: not part of a request
-    secret: bool = False  # never shown (no_log), never in a request
-
-    @property
-    def value(self) -> object:
-        """The role's default: its own (a Jinja expression or a value), a playbook-wide
-        variable's, or the request's."""
-        if self.role_default is not None:
-            return self.role_default
-        if self.inherit:
-            return f"{{{{ {self.inherit} | default({jinja_literal(plain(self.default))}) }}}}"
-        return plain(self.default)
-
-
-def jinja_literal(value: object) -> str:
-    """A value as a Jinja literal inside a double-quoted YAML string: single quotes."""
-    return f"'{value}'" if isinstance(value, str) else json.dumps(value)
-
-
-def plain(value: object) -> object:
-    return list(value) if isinstance(value, tuple) else value
+SECRETS, CHECKS = "Secrets", "Checks after launch"
 
 
 def asked(name: str, *, help: str = "", inherit: str = "", role_default: Any = None) -> Variable:
@@ -75,32 +39,6 @@ def asked(name: str, *, help: str = "", inherit: str = "", role_default: Any = N
         help or spec.help,
         inherit=inherit,
         role_default=role_default,
-    )
-
-
-def own(
-    name: str,
-    default: Any,
-    help: str,
-    section: str,
-    *,
-    inherit: str = "",
-    role_default: Any = None,
-    secret: bool = False,
-    **limits: Any,
-) -> Variable:
-    """An option only the role uses: its default, help, section and limits."""
-    spec = Spec(help=help, section=section, **limits)
-    return Variable(
-        name,
-        spec,
-        default,
-        kind_of(spec, default),
-        help,
-        inherit=inherit,
-        role_default=role_default,
-        role_only=True,
-        secret=secret,
     )
 
 
@@ -340,4 +278,12 @@ VARIABLES = (
         "Remove instances (units, containers, env files) the plan no longer has.",
         ROLLOUT,
     ),
+)
+
+ROLE = Role(
+    "zenvllm_instances",
+    "scripts/zenvllm/core/request.py and scripts/zenvllm/image/role_instances.py",
+    "Plan vLLM instances with the zenvllm planner and run each as a supervised container",
+    ("docs/reference/variables.md lists the variables with their defaults.",),
+    VARIABLES,
 )
