@@ -1,11 +1,12 @@
 """Two models on one host behind one endpoint, deployed as an operator deploys them:
 deploy.yml on this machine (the instances role, the nginx gateway with its keys and TLS,
-the verify role) with `zenvllm_models`: sentence-transformers' all-MiniLM-L6-v2 from
-PyPI (an embedding model) and a tiny chat model. The plan gives each its own cores and
-reads the encoder as a pooling model (no KV cache, vLLM's pooling runner); the verify
-role asks each through the gateway as what it is; the gateway sends each request to the
-model it names and lists both; one model's instance dying leaves the other serving; and
-clients get the encoder's vectors through the gateway: plain HTTPS and the OpenAI client.
+the verify role) with `zenvllm_models`, each model delivered from the controller's copy:
+sentence-transformers' all-MiniLM-L6-v2 from PyPI (an embedding model) and a tiny chat
+model. The plan gives each its own cores and reads the encoder as a pooling model (no KV
+cache, vLLM's pooling runner); the verify role asks each through the gateway as what it
+is; the gateway sends each request to the model it names and lists both; one model's
+instance dying leaves the other serving; and clients get the encoder's vectors through
+the gateway: plain HTTPS and the OpenAI client.
 """
 
 from __future__ import annotations
@@ -79,8 +80,9 @@ def pooled(tmp_path_factory):
     playbook = Path(sys.executable).parent / "ansible-playbook"
     require(playbook.exists(), f"{playbook} missing (make venv)")
     ensure_image()
+    root = tmp_path_factory.mktemp("pooled")
     fleet = Fleet(
-        root=tmp_path_factory.mktemp("pooled"),
+        root=root,
         model_dir=ensure_embedding_model(),
         base_port=8331,
         gateway_port=8330,
@@ -88,10 +90,12 @@ def pooled(tmp_path_factory):
         extra={
             "zenvllm_model_dir": "",  # several models: each NAME=DIR in zenvllm_models
             "zenvllm_instances_served_model_name": "",
-            "zenvllm_models": [
-                f"{MODEL}={ensure_embedding_model()}",
-                f"{CHAT}={ensure_tiny_model()}",
-            ],
+            # Each delivered by the role from the controller's copy, verified file by file.
+            "zenvllm_models": [f"{MODEL}={root}/models/{MODEL}", f"{CHAT}={root}/models/{CHAT}"],
+            "zenvllm_model_sources": {
+                MODEL: str(ensure_embedding_model()),
+                CHAT: str(ensure_tiny_model()),
+            },
             "zenvllm_instances_count": 1,
             "zenvllm_instances_kv_cache_gib": 0,  # the planner's: none for the pooler
             "zenvllm_instances_max_model_len": 0,  # each model's own (the encoder's 256)
@@ -119,6 +123,8 @@ def test_each_model_gets_its_own_cores_and_the_deploy_asked_each_as_what_it_is(p
     assert "VLLM_CPU_KVCACHE_SPACE=0\n" not in (fleet.config_dir / f"{chat}.env").read_text()
     cores = [cpuset(encoder), cpuset(chat)]
     assert cores[0] and cores[1] and cores[0].isdisjoint(cores[1]), cores
+    for name in (MODEL, CHAT):  # each delivered to its own directory and verified
+        assert (fleet.root / "models" / name / ".zenvllm-model").is_file(), name
     # The verify role asked each model as what it is, through the one gateway.
     assert f"{MODEL} pooled through the gateway: 384 values" in out, out[-4000:]
     assert f"{CHAT} answered through the gateway" in out, out[-4000:]

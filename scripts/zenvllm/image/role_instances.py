@@ -80,6 +80,15 @@ VARIABLES = (
     own("model_rsync_opts", (), "More rsync options for model_src, e.g. --bwlimit=50m.", MODEL),
     asked("served_model_name"),
     asked("models", inherit="zenvllm_models"),
+    own(
+        "model_sources",
+        {},
+        "With several models: NAME -> a model directory on the controller, sent to that "
+        "model's DIR on the host as model_src is (rsync, verified file by file); a model "
+        "not named here must be on the host already.",
+        MODEL,
+        inherit="zenvllm_model_sources",
+    ),
     asked("shares", inherit="zenvllm_model_shares"),
     asked("model_size_gib"),
     asked("dtype"),
