@@ -24,6 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
 
+from zenvllm.core.topology import read_host  # noqa: E402
 from zenvllm.image import baseimage, build, render  # noqa: E402
 from zenvllm.runtime.engine import Cli  # noqa: E402
 
@@ -88,7 +89,8 @@ def merge(path: Path, rows: list[dict]) -> list[dict]:
 
 def markdown(rows: list[dict], meta: dict) -> str:
     lines = [
-        f"Image figures ({meta['builder']}, {meta['cpus']} CPUs, {meta['date']})",
+        f"Image figures ({meta['builder']}, {meta.get('cpu', 'CPU not recorded')}, "
+        f"{meta['cpus']} CPUs, {meta['date']})",
         "",
         "| image | size (MB) | cold build (s) | warm build (s) |",
         "|---|---:|---:|---:|",
@@ -133,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_1m": round(os.getloadavg()[0], 1),
         "builder": "BuildKit" if engine.buildkit else "legacy builder",
         "cpus": os.cpu_count(),
+        # The brand string with its generation (or family and model): "AMD EPYC" alone
+        # under KVM cannot tell a Zen 3 from a Zen 5.
+        "cpu": read_host().cpu_name,
         "date": time.strftime("%Y-%m-%d"),
         "cold": "--no-cache (BuildKit download cache mounts kept)",
     }

@@ -105,7 +105,7 @@ def main() -> int:
     args = parser.parse_args()
     args.site = site_packages(args.image)
     model = (args.model or ensure_tiny_model()).resolve()
-    results = {"cpu": cpu.this_host().model_name, "model": model.name, "cases": []}
+    results = {"cpu": cpu.this_host().cpu_name, "model": model.name, "cases": []}
     results |= {"workload": vars(args) | {"out": str(args.out), "model": str(model)}}
     with tempfile.TemporaryDirectory() as tmp:
         for dtype in ("bfloat16", None):
