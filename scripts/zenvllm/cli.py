@@ -1,12 +1,13 @@
 """The thin command line: every verb, each in the layer whose code it drives.
 
 `zenvllm plan` and `doctor` live in the runtime (hosts run them too, as
-`python3 -m zenvllm.runtime`), `render` and `build` in image, `bench` in bench.
+`python3 -m zenvllm.runtime`), `render` and `build` in image, `bench` in bench
+(commands_embed registers commands_bench's verb and sends `--embed` on).
 """
 
 from __future__ import annotations
 
-from zenvllm.bench import commands_bench
+from zenvllm.bench import commands_embed
 from zenvllm.image import commands_image
 from zenvllm.runtime import (
     commands_calibrate,
@@ -25,7 +26,7 @@ VERBS = (
     commands_calibrate,
     commands_model,
     commands_image,
-    commands_bench,
+    commands_embed,  # `bench`: commands_bench's verb, `--embed` to the embedding bench
 )
 
 

@@ -210,6 +210,20 @@ def test_the_llama_cpp_peer_renders_hadolint_clean_for_this_cpu(buildkit, tmp_pa
     assert ctx.tag.endswith(f"-{cpu}")
 
 
+@pytest.mark.parametrize("buildkit", [False, True])
+def test_the_infinity_peer_renders_hadolint_clean_from_wheels(buildkit, tmp_path):
+    """`zenvllm render --target infinity`: the embedding bench's peer, torch from the
+    torch CPU index when no wheelhouse is given."""
+    from zenvllm.image import peers
+
+    config = render.load_config()
+    ctx = peers.render_peer(config, render.Request(target="infinity", buildkit=buildkit), "k")
+    done = hadolint(ctx.files["Dockerfile"], tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert stages(ctx.files["Dockerfile"])[-1][0] == "infinity"
+    assert ctx.tag == f"zenvllm/infinity:{config['peers']['infinity']['version']}"
+
+
 def test_cli_render_writes_a_complete_context(tmp_path):
     out = tmp_path / "ctx"
     done = subprocess.run(

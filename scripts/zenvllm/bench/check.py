@@ -14,7 +14,7 @@ import io
 import statistics
 from pathlib import Path
 
-from zenvllm.bench import recompute
+from zenvllm.bench import embed_check, recompute
 from zenvllm.bench.layouts import ACCEPTANCE_RATIO, NEAR_BEST, PEER_KINDS, PLANNER, STOCK
 from zenvllm.bench.report import batch1_row, verdict_lines, weights_row
 from zenvllm.bench.results import Summary
@@ -60,6 +60,8 @@ def check_outputs(out_dir: Path, expect: list[str] | None = None) -> list[str]:
         result = gate.read_json(out_dir / "results.json", gate.DOCUMENT, "run the bench again")
     except gate.InputError as err:
         return [f"results.json: {err}"]
+    if result["meta"].get("kind") == "embed":  # `zenvllm bench --embed`'s own document
+        return embed_check.problems(out_dir, result, expect or [], compare_csv, png_size)
     meta, w = result["meta"], result["meta"]["workload"]
     names = [c["name"] for c in result["configurations"]]
     problems += [f"failed: {f}" for f in meta["failures"]]
@@ -285,6 +287,11 @@ def compare_csv(path: Path, rows: list[dict], label: str) -> list[str]:
     ]
 
 
+def embedding(out_dir: Path) -> bool:
+    result = gate.read_json(out_dir / "results.json", gate.DOCUMENT, "")
+    return result["meta"].get("kind") == "embed"
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m zenvllm.bench.check DIR [--acceptance]`: check a bench output directory."""
     import argparse
@@ -305,6 +312,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     problems = check_outputs(args.out)
     verdict_ = {}
+    if not problems and embedding(args.out):
+        print(f"{args.out}: complete and consistent (embeddings)")
+        return 0
     if not problems:  # the verdict the runs give (check_outputs found the stored one equal)
         result = gate.read_json(args.out / "results.json", gate.DOCUMENT, "")
         verdict_ = recompute.derive(result)["verdict"]

@@ -13,12 +13,14 @@ from zenvllm.core.arguments import real, whole
 
 @dataclass(frozen=True)
 class ImageTags:
-    """--image, --zen-image, --pace-image, --llamacpp-image (None: the default tag)."""
+    """--image, --zen-image, --pace-image, --llamacpp-image, --infinity-image (None: the
+    default tag)."""
 
     vllm_openai: str | None
     zen: str | None
     pace: str | None
     llamacpp: str | None
+    infinity: str | None = None
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,8 @@ class BenchRequest:
 
     model: Path  # not yet checked to be a directory
     quick: bool
+    embed: bool  # the embedding bench (bench/commands_embed.py) instead of generation
+    batch_sizes: str | None  # --embed: inputs per request, a comma list
     configs: str | None  # the comma list, parsed by layouts.parse_configs
     weights: tuple[str, ...]  # each NAME=DIR as given
     # The workload flags: each overrides the Workload field of its name when given.
@@ -76,6 +80,17 @@ def add_target_flags(parser: argparse.ArgumentParser) -> None:
     """What is measured: the model, its other weights, the configurations."""
     parser.add_argument("--model", type=Path, required=True, help="local model directory")
     parser.add_argument("--quick", action="store_true", help="few prompts, one repeat (CI)")
+    parser.add_argument(
+        "--embed",
+        action="store_true",
+        help="embedding throughput of an embedding model: stock vLLM, the planner's layout "
+        "and infinity-emb, in inputs/s and tokens/s at each --batch-sizes",
+    )
+    parser.add_argument(
+        "--batch-sizes",
+        metavar="N,N,...",
+        help="--embed: inputs per request (default 1,8,32); --num-prompts counts inputs",
+    )
     parser.add_argument("--configs", help=f"comma list from: {', '.join(layouts.SPECS)}")
     parser.add_argument(
         "--weights",
@@ -144,6 +159,9 @@ def add_image_flags(parser: argparse.ArgumentParser) -> None:
         "--llamacpp-image", help="llama.cpp peer image tag (default: make peer-image)"
     )
     parser.add_argument(
+        "--infinity-image", help="--embed: infinity peer image tag (default: make peer-image)"
+    )
+    parser.add_argument(
         "--gateway",
         metavar="deploy|URL",
         help="measure a gateway too: 'deploy' runs ansible/playbooks/deploy.yml here for the run "
@@ -175,6 +193,8 @@ def request_of(args: argparse.Namespace) -> BenchRequest:
     return BenchRequest(
         model=args.model,
         quick=args.quick,
+        embed=args.embed,
+        batch_sizes=args.batch_sizes,
         configs=args.configs,
         weights=tuple(args.weights),
         repeats=args.repeats,
@@ -189,7 +209,9 @@ def request_of(args: argparse.Namespace) -> BenchRequest:
         restart=not args.no_restart,
         serve_env=tuple(args.serve_env),
         max_model_len=args.max_model_len,
-        images=ImageTags(args.image, args.zen_image, args.pace_image, args.llamacpp_image),
+        images=ImageTags(
+            args.image, args.zen_image, args.pace_image, args.llamacpp_image, args.infinity_image
+        ),
         gateway_flag=args.gateway,
         base_port=args.base_port,
         out=args.out,

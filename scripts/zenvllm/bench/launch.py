@@ -24,6 +24,7 @@ SECCOMP_PROFILE = data.SECCOMP_PROFILE
 
 BENCH_LABEL = "io.zenvllm.bench"
 GGUF_MOUNT = "/gguf"
+ONNX_MOUNT = "/model"  # where bench/to_onnx.py exports: infinity finds its optimised file there
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,18 @@ def llamacpp_launch(
     return Launch(
         [argv[0], "--label", f"{BENCH_LABEL}={run_id}", *argv[1:], *server.serve_args], {}
     )
+
+
+def infinity_launch(server: Server, image: str, onnx_dir: Path, run_id: str) -> Launch:
+    """infinity-emb's server (bench/embed_configs.py's flags) on the model's ONNX
+    directory, mounted where it was exported (bench/to_onnx.py), under the clients'
+    model name; least privilege, as llama.cpp's server runs."""
+    argv = ["run", "-d", "--name", server.name, "--network", "host", "--cap-drop", "ALL"]
+    argv += ["--security-opt", "no-new-privileges", *server.docker_args]
+    argv += ["--label", f"{BENCH_LABEL}={run_id}", "-v", f"{onnx_dir}:{ONNX_MOUNT}:ro"]
+    argv += [image, "v2", "--model-id", ONNX_MOUNT, "--served-model-name", MODEL_MOUNT]
+    argv += ["--host", "127.0.0.1", "--port", str(server.port), *server.serve_args]
+    return Launch(argv, {})
 
 
 def client_command(

@@ -5,6 +5,8 @@ from the same base image and certificates, but they hold no zenvllm code and are
 never deployed. llama.cpp compiles for the CPU it is built on (GGML_NATIVE, its
 default for a local build), so the tag and the Dockerfile carry a key of that
 CPU's flags: a cached image or build layer from another CPU is never reused.
+infinity (the embedding bench's peer) installs wheels only; its torch is the
+stack's (pins.torch), from the wheelhouse as the targets take it.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ def labels(peer: dict, name: str, cpu: str, origin: dict[str, str]) -> dict[str,
         "org.opencontainers.image.version": str(peer["version"]),
         "org.opencontainers.image.vendor": "zenvllm",
         f"{LABEL_PREFIX}.peer": name,
-        f"{LABEL_PREFIX}.cpu-key": cpu,
+        # Only an image built for one CPU carries its key (llama.cpp's GGML_NATIVE).
+        **({f"{LABEL_PREFIX}.cpu-key": cpu} if "{cpu}" in peer["tag"] else {}),
         f"{LABEL_PREFIX}.pin.{peer['package']}": str(peer["version"]),
     }
 
@@ -58,16 +61,24 @@ def render_peer(config: dict, request: render.Request, cpu: str) -> render.Conte
         )
     peer = config["peers"][name]
     certs = render.gather(request.extra_ca_certs, ("*.crt", "*.pem"), "extra CA certificates")
+    wheels = (
+        render.gather(request.wheelhouse, ("*.whl",), "wheelhouse") if peer.get("torch") else []
+    )
     image_labels = labels(peer, name, cpu, request.origin)
+    defaults = config["defaults"]
     variables = {
         "name": name,
         "peer": peer,
         "cpu": cpu,
-        "base_image": request.base_image or config["defaults"]["base_image"],
+        "base_image": request.base_image or defaults["base_image"],
         "buildkit": request.buildkit,
         "has_certs": bool(certs),
-        "user": config["defaults"]["user"],
+        "user": defaults["user"],
         "labels": image_labels,
+        "venv": defaults["venv"],
+        "torch": str(config["pins"]["torch"]["version"]),
+        # PyPI has no +cpu torch: the torch CPU index when no wheelhouse brings it.
+        "torch_index_url": None if request.wheelhouse else defaults["torch_index_url"],
     }
     try:
         template = render.template_env(None).get_template(f"peers/{name}.Dockerfile.j2")
@@ -76,6 +87,8 @@ def render_peer(config: dict, request: render.Request, cpu: str) -> render.Conte
         raise ConfigError(f"template error rendering {name}: {err}") from err
     files = {"Dockerfile": dockerfile}
     copies = {f"certs/{c.stem}.crt": c for c in certs}
-    if not copies:
-        files["certs/.keep"] = ""
+    copies.update({f"wheelhouse/{w.name}": w for w in wheels})
+    for empty in ("wheelhouse", "certs") if peer.get("torch") else ("certs",):
+        if not any(k.startswith(empty + "/") for k in copies):
+            files[f"{empty}/.keep"] = ""
     return render.Context(name, default_tag(config, name, cpu), image_labels, files, copies)
