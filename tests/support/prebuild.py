@@ -41,6 +41,17 @@ FLEET_IMAGE = "zenvllm/vllm-openai:0.32.0"
 BUILDKIT_GROUPS = ("/sys/fs/cgroup/cpu/docker/buildkit", "/sys/fs/cgroup/docker/buildkit")
 
 
+def started_by_engine_sh(docker_host: str, runs: Path = Path("/run")) -> bool:
+    """zenvllm's own dockerd (scripts/engine.sh), never a host's: the default private
+    socket, or one in a zenvllm* directory of `runs` beside the daemon.json and pidfile
+    engine.sh writes (ZENVLLM_ENGINE_STATE and DOCKER_HOST give a second one, e.g. a
+    fresh run's)."""
+    run = Path(docker_host.removeprefix("unix://")).parent
+    beside = all((run / name).is_file() for name in ("daemon.json", "dockerd.pid"))
+    ours = run.parent == runs and run.name.startswith("zenvllm") and beside
+    return docker_host == PRIVATE_SOCKET or ours
+
+
 @contextlib.contextmanager
 def idle_build_steps(docker_host: str) -> Iterator[str]:
     """BuildKit's build steps at idle priority while inside; what was done, in words."""
@@ -48,7 +59,7 @@ def idle_build_steps(docker_host: str) -> Iterator[str]:
         (Path(g) / "cpu.idle" for g in BUILDKIT_GROUPS if (Path(g) / "cpu.idle").is_file()),
         None,
     )
-    if docker_host != PRIVATE_SOCKET or knob is None:
+    if not started_by_engine_sh(docker_host) or knob is None:
         yield "build steps at normal priority (not zenvllm's own engine, or no cpu.idle)"
         return
     before = knob.read_text().strip()
