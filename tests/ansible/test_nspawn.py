@@ -26,7 +26,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 import yaml
@@ -67,19 +66,16 @@ OPERATORS_ROLES += ("zenvllm_verify",)
 SYSCTLS = {"net.core.somaxconn": 4096, "net.ipv4.tcp_max_syn_backlog": 2048}
 
 
-def build_standin(tries: int = 3) -> None:
-    """Its one apt-get reaches Debian's mirror: a fresh machine's CI run lost the whole
-    module to one failed `apt-get update` (exit 100), so a failure is tried again, and
-    the last one raised with apt's own words."""
-    argv = ("build", "--network", "host", "-t", STANDIN, str(STANDIN_DIR))
-    for attempt in range(1, tries + 1):
-        done = engine.docker(*argv, check=False, timeout=600)
-        if done.returncode == 0:
-            return
-        if attempt < tries:
-            time.sleep(15 * attempt)
-    raise AssertionError(f"docker build of {STANDIN} failed {tries} times:\n"
-                         f"{(done.stdout + done.stderr)[-3000:]}")  # fmt: skip
+def build_standin() -> None:
+    """python3 from the nspawn hosts' own local repository, served on loopback for the
+    build (nspawn.local_repo_url): a fresh machine's runs lost the whole module twice to
+    `apt-get update` failing to resolve Debian's mirror in this build."""
+    with nspawn.local_repo_url() as repo:
+        argv = ("build", "--network", "host", "--build-arg", f"REPO={repo}", "-t", STANDIN)
+        done = engine.docker(*argv, str(STANDIN_DIR), check=False, timeout=600)
+    assert done.returncode == 0, (
+        f"docker build of {STANDIN}:\n{(done.stdout + done.stderr)[-3000:]}"
+    )
 
 
 def standin_archive(work) -> str:

@@ -28,13 +28,16 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
+import http.server
 import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -172,6 +175,28 @@ def build_rootfs(dest: Path) -> None:
         "systemd-networkd-wait-online.service",
     )
     tmp.rename(dest)
+
+
+@contextlib.contextmanager
+def local_repo_url() -> Iterator[str]:
+    """The rootfs's local apt repository (what the roles install, and debootstrap's own
+    packages: python3 among them) served on loopback while inside, for an image build
+    on the host network that must not depend on Debian's mirror. Its URL."""
+    repo = ensure_rootfs() / "srv" / "localrepo"
+    handler = functools.partial(QuietFiles, directory=str(repo))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class QuietFiles(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:  # apt's requests: not the tests' output
+        pass
 
 
 @contextlib.contextmanager
