@@ -363,3 +363,24 @@ def test_the_recorded_embedding_run_is_complete_and_consistent():
     }
     cosines = [c["cosine_to_stock"] for c in result["configurations"]]
     assert min(cosines) > 0.999, cosines
+
+
+@pytest.mark.parametrize(
+    ("name", "batch", "requests"),
+    [
+        ("vllm-bench-serve-0.32.0-embeddings.json", 8, 4),
+        ("vllm-bench-serve-0.32.0-infinity.json", 1, 32),
+    ],
+)
+def test_real_result_files_of_vllms_client_are_read_as_it_computed_them(name, batch, requests):
+    """Files `vllm bench serve` wrote against stock vLLM (openai-embeddings, 4 requests of
+    8 inputs) and infinity (infinity-embeddings, 32 of 1): our percentiles are its own."""
+    data = json.loads((FIXTURES / "bench" / name).read_text())
+    got = embed_results.parse_result(data, name, 100.0, requests)
+    assert (got.completed, got.failed, got.inputs) == (requests, 0, requests * batch)
+    assert got.input_tokens == requests * batch * 32  # the --quick run's 32-token inputs
+    for p in embed_workload.PERCENTILES:
+        mine = embed_results.percentile(got.latencies_ms, p)
+        assert mine == pytest.approx(data[f"p{p}_e2el_ms"], rel=1e-9)
+    run = embed_results.combine("x", batch, 1, [got], 0.0, 4)
+    assert run.inputs_s == round(requests * batch / round(data["duration"], 4), 2)

@@ -91,7 +91,10 @@ def read_result(path: Path) -> dict:
 
 
 def recorded_documents(where: Path = RECORDED) -> list[dict]:
-    return [read_result(p) for p in sorted(where.glob("*/results.json"))]
+    """The recorded generation runs (an embedding run, `meta.kind: embed`, has no
+    output tokens to guard)."""
+    found = [read_result(p) for p in sorted(where.glob("*/results.json"))]
+    return [d for d in found if d.get("meta", {}).get("kind") != "embed"]
 
 
 def main(argv: list[str] | None = None) -> int:
