@@ -9,6 +9,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from zenvllm.bench import http_client, launch, results
 from zenvllm.bench.workloads import Workload
@@ -61,28 +62,39 @@ def run_clients(
         )
         log = (result_dir / f"{stem}-client{i}.log").open("w")
         procs.append((DOCKER.stream(*argv, out=log), result_name))
-    deadline = time.monotonic() + clients.timeout_s
     parsed = []
-    for i, (proc, result_name) in enumerate(procs):
-        try:
-            code = proc.wait(timeout=max(1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise RuntimeError(
-                f"{result_name}: client ran over {clients.timeout_s:.0f} s"
-            ) from None
-        path = result_dir / result_name
-        log = result_dir / result_name.replace(".json", ".log")
-        if code != 0 or not path.is_file():
-            tail = "\n".join(gate.tail(log).splitlines()[-20:])
-            raise RuntimeError(f"client {result_name} failed (exit {code}):\n{tail}")
-        data = gate.read_json(path, gate.DOCUMENT, "the client's result is not vllm bench's")
+    for i, (path, data) in enumerate(finished(procs, result_dir, clients.timeout_s)):
         result = results.parse_client_result(data, str(path), path.stat().st_mtime)
         if server_counts:
             made = tokens_predicted(endpoints[i][0]) - before[i]
             result = results.counted_by_server(result, data, str(path), made, shares[i].output_len)
         parsed.append(result)
     return parsed
+
+
+def finished(
+    procs: list[tuple[subprocess.Popen[bytes], str]], result_dir: Path, timeout_s: float
+) -> list[tuple[Path, Any]]:
+    """Each client's result file (named in `procs`, under `result_dir`) read through the
+    gate, in launch order, once its client exits: a client past the run's deadline is
+    killed, a failed one or one without its file raises with its log's last lines."""
+    deadline = time.monotonic() + timeout_s
+    done = []
+    for proc, name in procs:
+        try:
+            code = proc.wait(timeout=max(1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise RuntimeError(f"{name}: client ran over {timeout_s:.0f} s") from None
+        path = result_dir / name
+        if code != 0 or not path.is_file():
+            log = result_dir / name.replace(".json", ".log")
+            tail = "\n".join(gate.tail(log).splitlines()[-20:])
+            raise RuntimeError(f"client {name} failed (exit {code}):\n{tail}")
+        done.append(
+            (path, gate.read_json(path, gate.DOCUMENT, "the client's result is not vllm bench's"))
+        )
+    return done
 
 
 def served_model(url: str) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from zenvllm.bench import bandwidth, document, flags, gateway, layouts, metrics, runner, workloads
+from zenvllm.bench.embed_workload import EmbedWorkload
 from zenvllm.bench.gateway import Deployment
 from zenvllm.bench.roofline import Bandwidth
 from zenvllm.core import gate
@@ -351,7 +352,7 @@ def describe_host(host: Host) -> str:
 def print_plan(
     configs: list[layouts.Configuration],
     images: dict[str, str],
-    workload: workloads.Workload,
+    workload: workloads.Workload | EmbedWorkload,
     notes: list[str],
 ) -> int:
     """--dry-run: what would run, as JSON, so it can be checked before hours of measuring."""

@@ -12,15 +12,13 @@ and hands them to bench/embed_runner.py.
 from __future__ import annotations
 
 import argparse
-import json
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from zenvllm.bench import (
     bandwidth,
     commands_bench,
-    document,
     embed_configs,
     embed_report,
     embed_runner,
@@ -140,13 +138,7 @@ def run(request: flags.BenchRequest) -> int:
     images, configs = images_of(request, configs, notes)
     workload = eager_if_needed(request, workload, images["vllm-openai"], notes)
     if request.dry_run:
-        plan = {
-            "configurations": [document.config_dict(c, images.get(c.target)) for c in configs],
-            "workload": asdict(workload),
-            "notes": notes,
-        }
-        print(json.dumps(plan, indent=2))
-        return 0
+        return commands_bench.print_plan(configs, images, workload, notes)
     settings = embed_runner.Settings(
         model_dir=model_dir,
         model_name=model.name,

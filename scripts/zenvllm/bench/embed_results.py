@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from zenvllm.bench.embed_configs import PEER
 from zenvllm.bench.embed_workload import PERCENTILES
 from zenvllm.bench.layouts import PLANNER, STOCK, Configuration
+from zenvllm.bench.results import span_s
 
 # What `vllm bench serve` writes for an embedding backend (with --save-detailed).
 RESULT_KEYS = ("completed", "total_input_tokens", "total_input_sequences", "duration")
@@ -99,8 +100,7 @@ def combine(
     divided, so each rate is the quotient of numbers in the file."""
     if not found:
         raise ValueError(f"{config} batch {batch} repeat {repeat}: no client results")
-    start = min(c.finished_at - c.duration_s for c in found)
-    window = round(max(c.finished_at for c in found) - start, 4)
+    window = span_s(found)
     inputs = sum(c.inputs for c in found)
     tokens = sum(c.input_tokens for c in found)
     done = sum(c.completed for c in found)

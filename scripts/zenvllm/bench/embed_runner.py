@@ -11,13 +11,20 @@ from __future__ import annotations
 import math
 import os
 import shutil
-import subprocess
 import time
 import uuid
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from zenvllm.bench import embed_configs, embed_report, http_client, launch, leftovers, runner
+from zenvllm.bench import (
+    clients,
+    embed_configs,
+    embed_report,
+    http_client,
+    launch,
+    leftovers,
+    runner,
+)
 from zenvllm.bench.embed_results import EmbedClient, EmbedRun, combine, parse_result
 from zenvllm.bench.embed_workload import BACKENDS, EmbedWorkload, Share, client_args, shares
 from zenvllm.bench.layouts import MODEL_MOUNT, STOCK, Configuration
@@ -115,21 +122,9 @@ def run_clients(
         )
         log = (raw / f"{stem}-client{i}.log").open("w")
         procs.append((DOCKER.stream(*argv, out=log), name, share))
-    deadline = time.monotonic() + settings.client_timeout_s
+    files = clients.finished([(p, n) for p, n, _ in procs], raw, settings.client_timeout_s)
     found = []
-    for proc, name, share in procs:
-        try:
-            code = proc.wait(timeout=max(1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise RuntimeError(
-                f"{name}: client ran over {settings.client_timeout_s:.0f} s"
-            ) from None
-        path = raw / name
-        if code != 0 or not path.is_file():
-            tail = "\n".join(gate.tail(raw / name.replace(".json", ".log")).splitlines()[-20:])
-            raise RuntimeError(f"client {name} failed (exit {code}):\n{tail}")
-        data = gate.read_json(path, 64 * gate.MIB, "the client's result is not vllm bench's")
+    for (path, data), (_, _, share) in zip(files, procs, strict=True):
         found.append(parse_result(data, str(path), path.stat().st_mtime, share.requests))
     return found
 
@@ -218,22 +213,9 @@ def measure_all(
 
 def meta(settings: Settings, run_id: str, started: float, load_before, failures) -> dict:
     return {
-        "run_id": run_id,
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-        "host": settings.host_label,
+        **runner.run_meta(settings, run_id, started, load_before, failures),
         "cpu": settings.cpu,
-        "cpus": os.cpu_count(),
-        "model": settings.model_name,
-        "model_dir": str(settings.model_dir),
         "onnx_dir": str(settings.onnx_dir) if settings.onnx_dir else None,
-        "images": settings.images,
-        "max_model_len": settings.max_model_len,
-        "workload": asdict(settings.workload),
-        "load_before": [round(x, 2) for x in load_before],
-        "load_after": [round(x, 2) for x in os.getloadavg()],
-        "wall_s": round(time.time() - started, 1),
-        "notes": settings.notes,
-        "failures": failures,
     }
 
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import re
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from zenvllm.bench.layouts import (
     ACCEPTANCE_RATIO,
@@ -144,6 +145,19 @@ def memory_mib(stats: str) -> int:
     return round(total)
 
 
+class Timed(Protocol):
+    finished_at: float
+    duration_s: float
+
+
+def span_s(clients: Sequence[Timed]) -> float:
+    """Seconds from the first client's start to the last one's end (start-up skew between
+    the clients of a multi-instance layout counts against it, never for it), rounded
+    before use, so every rate in the file is the quotient of numbers in the file."""
+    start = min(c.finished_at - c.duration_s for c in clients)
+    return round(max(c.finished_at for c in clients) - start, 4)
+
+
 def combine(
     config: str,
     repeat: int,
@@ -158,9 +172,7 @@ def combine(
     request-weighted means of each client's figure."""
     if not results:
         raise ValueError(f"{config} repeat {repeat}: no client results")
-    start = min(r.finished_at - r.duration_s for r in results)
-    # Rounded before use, so every rate in the file is the quotient of numbers in the file.
-    window = round(max(r.finished_at for r in results) - start, 4)
+    window = span_s(results)
     out = sum(r.output_tokens for r in results)
     inp = sum(r.input_tokens for r in results)
     done = [r.completed for r in results]

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from zenvllm.bench import (
     backend,
@@ -386,15 +387,16 @@ def _measure_each(
     return runs, batch1_runs, failures, facts
 
 
-def _meta(
-    settings: Settings,
+def run_meta(
+    settings: Any,
     run_id: str,
     started: float,
     load_before: tuple[float, float, float],
     failures: list[str],
 ) -> dict:
-    """The results' meta: the run, the host, the model, the workload; the load and wall
-    time as the runs end."""
+    """What every bench's results say of their run (this bench's and the embedding
+    bench's settings both hold these fields): the run, the host, the model, the
+    workload, the load and wall time as the runs end."""
     return {
         "run_id": run_id,
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
@@ -409,8 +411,22 @@ def _meta(
         "load_after": [round(x, 2) for x in os.getloadavg()],
         "wall_s": round(time.time() - started, 1),
         "notes": settings.notes,
-        "serve_env": settings.serve_env,  # --serve-env: over the plan's env
         "failures": failures,
+    }
+
+
+def _meta(
+    settings: Settings,
+    run_id: str,
+    started: float,
+    load_before: tuple[float, float, float],
+    failures: list[str],
+) -> dict:
+    """The results' meta: the run, the host, the model, the workload; the load and wall
+    time as the runs end."""
+    return {
+        **run_meta(settings, run_id, started, load_before, failures),
+        "serve_env": settings.serve_env,  # --serve-env: over the plan's env
         "weight_bytes": settings.weight_bytes,
         **(settings.bandwidth.meta() if settings.bandwidth else NO_BANDWIDTH),
         "host_cores": settings.host_cores,
