@@ -245,7 +245,10 @@ def test_pace_ran_its_operators_where_the_cpu_has_them(server, image, profiles):
     packed = re.findall(r"pace-vllm: Linear model\.layers\.\d+\.\S+ packed into TPP", log)
     assert len(packed) == 4 * layers, log
     assert "falling back to stock CPU dispatch" not in log
-    assert f"pace-vllm: FusedMLPPass matched {layers} MLP sites." in log
+    # The pass runs while vLLM compiles: a start from a warm compile cache loads what it
+    # made instead, and the fused calls profiled above are then the proof.
+    if "zenvllm-launch: compile cache: warm" not in log:
+        assert f"pace-vllm: FusedMLPPass matched {layers} MLP sites." in log
     assert "pace-vllm: slab lifecycle step: +1 new" in log  # PACE's runner took the request
 
 

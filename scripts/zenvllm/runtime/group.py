@@ -5,9 +5,9 @@ worker left the head answering /health with 200; the next request hung until vLL
 RPC timeout (300 s, "RPC call to sample_tokens timed out") ended the head, and without
 a request nothing would have. Each member of a group started with `--nnodes` holds TCP
 connections to the head's torch.distributed store (the head's `--master-port`) for its
-whole life, so the launcher forks this watch before it execs vLLM: once the set of
-established connections on that port has held steady, the loss of one of them for
-`PATIENCE` checks means a member is gone, and the watch ends this container's vLLM.
+whole life, so the launcher forks this watch before it execs vLLM: a connection on that
+port established for `PATIENCE` checks is a member's, and its loss for `PATIENCE` checks
+means a member is gone, so the watch ends this container's vLLM.
 The supervisor (systemd, or the engine's restart policy) starts it again; a head waits
 for its workers and a worker retries its head, so the group forms again by itself.
 Standard library only: it runs in the image before vLLM.
@@ -24,7 +24,7 @@ import struct
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from zenvllm.core import gate
@@ -32,8 +32,8 @@ from zenvllm.core import gate
 TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
 TABLE_CAP = 64 << 20  # 64 MiB: some 400,000 connections
 ESTABLISHED = "01"  # the kernel's state code in /proc/net/tcp
-EVERY = 5.0  # seconds between checks
-PATIENCE = 3  # checks a set must hold to count, or a member stay gone to break the group
+EVERY = 2.0  # seconds between checks
+PATIENCE = 3  # checks a connection must last to be a member's, or stay gone to break the group
 
 
 def store_connections(tables: Iterable[str], port: int) -> frozenset[str]:
@@ -53,23 +53,21 @@ def store_connections(tables: Iterable[str], port: int) -> frozenset[str]:
 
 @dataclass
 class Watch:
-    """The group's state from successive sets of connections: it formed once a set held
-    for `patience` checks (those connections are its members'); it broke when one of them
-    has been gone for `patience` checks. A connection, once closed, never comes back: a
-    restarted member connects anew (to the old head's store, too), so counting would
-    miss the loss where the set does not."""
+    """The group's state from successive sets of connections: a connection seen in
+    `patience` checks in a row is a member's (a short-lived one never is); the group broke
+    when a member's has been gone for `patience` checks. Each connection counts on its
+    own, not the whole set: a member killed seconds after the group formed (a warm start
+    forms it in seconds) is still missed, and a restarted member's new connection (to
+    the old head's store, too) never stands in for the one it lost."""
 
     patience: int = PATIENCE
     members: frozenset[str] = frozenset()
-    last: frozenset[str] = frozenset()
-    held: int = 0
+    seen: dict[str, int] = field(default_factory=dict)  # connection: checks in a row
     gone: int = 0
 
     def broken(self, now: frozenset[str]) -> bool:
-        self.held = self.held + 1 if now == self.last else 1
-        self.last = now
-        if self.held >= self.patience:
-            self.members |= now
+        self.seen = {c: self.seen.get(c, 0) + 1 for c in now}
+        self.members |= {c for c, checks in self.seen.items() if checks >= self.patience}
         self.gone = self.gone + 1 if self.members - now else 0
         return self.gone >= self.patience
 
@@ -103,7 +101,7 @@ def watch(
             break
         sleep(every)
     print(
-        f"zenvllm-launch: the pipeline group broke: {len(state.members - state.last)} of "
+        f"zenvllm-launch: the pipeline group broke: {len(state.members - set(state.seen))} of "
         f"its {len(state.members)} connection(s) on its store port {port} closed; ending "
         "this member so its supervisor restarts it and the group forms again",
         file=sys.stderr,
