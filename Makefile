@@ -150,8 +150,9 @@ test-image: venv engine base-image
 	  apt-get install -y -qq --no-install-recommends podman >/dev/null; }
 	$(PYTEST) -q --durations=10 tests/image
 
+# Two workers, as the ansible tier: each module runs whole in the one WORKERS names.
 test-serve: venv engine base-image tiny-model
-	$(PYTEST) -q --durations=10 tests/serve
+	$(PYTEST) -q -n 2 --dist loadgroup --durations=10 tests/serve
 
 # The nspawn hosts need systemd-nspawn and debootstrap; the model's delivery, rsync (the
 # controller's side) and nginx (the mirror it fetches from). All Debian packages.
@@ -161,7 +162,7 @@ ansible-tools:
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	    --no-install-recommends systemd-container debootstrap rsync nginx >/dev/null; }
 
-# Two workers; each module runs whole in the one ANSIBLE_WORKERS (tests/conftest.py) names.
+# Two workers; each module runs whole in the one WORKERS (tests/conftest.py) names.
 test-ansible: venv planner engine ansible-tools
 	$(PYTEST) -q -n 2 --dist loadgroup --durations=15 tests/ansible  # the slowest, for the time budget
 

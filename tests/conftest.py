@@ -20,37 +20,48 @@ if IN_CI:
     settings.load_profile("ci")
 
 
-# The ansible tier's two workers: `make test-ansible` runs pytest-xdist with two workers
-# and `--dist loadgroup`; each module runs whole in the worker its group names.
+# The tiers that run in two workers: the Makefile runs them with pytest-xdist, `-n 2
+# --dist loadgroup`, and each module runs whole in the worker WORKERS names (a module not
+# listed joins the first). Balanced by the modules' minutes, side by side.
 #
-# The groups are balanced by the modules' minutes with both workers running (2026-11-25,
-# a 2-core AMD Zen 4 VM, warm; 32.8 minutes for the tier, 46.6 serially): the routed
-# fleet 27.2, the cloud VMs 1.9, the renders and lint 3.7; the end-to-end deployment 14.0,
-# the nspawn hosts 14.8, the tensor-parallel one 1.4. Side by side each module takes
-# longer (the routed fleet 17.8 minutes alone): the machine idles about half the time
-# under one module's Ansible runs and health polls, not more. The modules that boot
-# machines each have a network of their own (support/nspawn.NETWORKS), so any two run
-# side by side; a module not listed here joins the first worker.
-ANSIBLE_FIRST, ANSIBLE_SECOND = "ansible-1", "ansible-2"
-ANSIBLE_WORKERS = {
-    "test_routed_fleet": ANSIBLE_FIRST,
-    "test_cloud_vms": ANSIBLE_FIRST,
-    "test_flavors": ANSIBLE_FIRST,
-    "test_foreign_paths": ANSIBLE_FIRST,
-    "test_lint": ANSIBLE_FIRST,
-    "test_openstack_inventory": ANSIBLE_FIRST,
-    "test_e2e": ANSIBLE_SECOND,
-    "test_tensor_parallel": ANSIBLE_SECOND,
-    "test_nspawn": ANSIBLE_SECOND,
+# ansible (2026-11-25, a 2-core AMD Zen 4 VM, warm; 32.8 minutes for the tier, 46.6
+# serially): the routed fleet 27.2, the cloud VMs 1.9, the renders and lint 3.7; the
+# end-to-end deployment 14.0, the nspawn hosts 14.8, the tensor-parallel one 1.4. Side by
+# side each module takes longer (the routed fleet 17.8 minutes alone): the machine idles
+# about half the time under one module's Ansible runs and health polls, not more. The
+# modules that boot machines each have a network of their own (support/nspawn.NETWORKS),
+# so any two run side by side.
+#
+# serve (2026-11-26, the same VM, warm): the machine idled 45% of the tier run serially
+# (vmstat; vLLM's start-up is mostly one thread). Its servers have names and ports of
+# their own (the pipeline stages' fixed ones live in one module).
+FIRST, SECOND = "worker-1", "worker-2"
+WORKERS = {
+    "ansible": {
+        "test_routed_fleet": FIRST,
+        "test_cloud_vms": FIRST,
+        "test_flavors": FIRST,
+        "test_foreign_paths": FIRST,
+        "test_lint": FIRST,
+        "test_openstack_inventory": FIRST,
+        "test_e2e": SECOND,
+        "test_tensor_parallel": SECOND,
+        "test_nspawn": SECOND,
+    },
+    "serve": {
+        "test_serve": FIRST,
+        "test_quantized": FIRST,
+        "test_model_parallel": SECOND,
+        "test_embeddings": SECOND,
+    },
 }
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if item.path.parent.name == "ansible":
-            worker = ANSIBLE_WORKERS.get(item.path.stem, ANSIBLE_FIRST)
-            item.add_marker(pytest.mark.xdist_group(worker))
+        tier = WORKERS.get(item.path.parent.name)
+        if tier is not None:
+            item.add_marker(pytest.mark.xdist_group(tier.get(item.path.stem, FIRST)))
 
 
 def require(condition: bool, reason: str) -> None:

