@@ -57,6 +57,7 @@ WORKERS = {
 }
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         tier = WORKERS.get(item.path.parent.name)
