@@ -148,7 +148,7 @@ undeploy: venv-deploy planner
 test-image: venv engine base-image
 	@command -v podman >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 	  apt-get install -y -qq --no-install-recommends podman >/dev/null; }
-	$(PYTEST) -q --durations=10 tests/image
+	$(PYTEST) -q -n 2 --dist loadgroup --durations=10 tests/image  # WORKERS: tests/conftest.py
 
 # Two workers, as the ansible tier: each module runs whole in the one WORKERS names.
 test-serve: venv engine base-image tiny-model

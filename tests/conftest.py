@@ -35,6 +35,10 @@ if IN_CI:
 # serve (2026-11-26, the same VM, warm): the machine idled 45% of the tier run serially
 # (vmstat; vLLM's start-up is mostly one thread). Its servers have names and ports of
 # their own (the pipeline stages' fixed ones live in one module).
+#
+# image: the builds (test_build) in one worker, the registry, the CPU kinds, the package
+# and the renders in the other; a build both ask for is one (BuildKit merges the same
+# steps in flight, and keeps them for the later asks).
 FIRST, SECOND = "worker-1", "worker-2"
 WORKERS = {
     "ansible": {
@@ -53,6 +57,13 @@ WORKERS = {
         "test_quantized": FIRST,
         "test_model_parallel": SECOND,
         "test_embeddings": SECOND,
+    },
+    "image": {
+        "test_build": FIRST,
+        "test_registry": SECOND,
+        "test_cpu_kinds": SECOND,
+        "test_package": SECOND,
+        "test_render": SECOND,
     },
 }
 
