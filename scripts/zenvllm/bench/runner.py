@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from zenvllm.bench import (
     backend,
@@ -387,15 +387,33 @@ def _measure_each(
     return runs, batch1_runs, failures, facts
 
 
+class RunSettings(Protocol):
+    """What run_meta reads (read-only): this bench's Settings and the embedding bench's."""
+
+    @property
+    def host_label(self) -> str: ...
+    @property
+    def model_name(self) -> str: ...
+    @property
+    def model_dir(self) -> Path: ...
+    @property
+    def images(self) -> dict[str, str]: ...
+    @property
+    def max_model_len(self) -> int: ...
+    @property
+    def workload(self) -> Any: ...  # a dataclass: Workload or EmbedWorkload
+    @property
+    def notes(self) -> list[str]: ...
+
+
 def run_meta(
-    settings: Any,
+    settings: RunSettings,
     run_id: str,
     started: float,
     load_before: tuple[float, float, float],
     failures: list[str],
 ) -> dict:
-    """What every bench's results say of their run (this bench's and the embedding
-    bench's settings both hold these fields): the run, the host, the model, the
+    """What every bench's results say of their run: the run, the host, the model, the
     workload, the load and wall time as the runs end."""
     return {
         "run_id": run_id,
