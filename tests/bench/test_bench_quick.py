@@ -73,7 +73,13 @@ def prerequisites():
 
 
 @pytest.fixture(scope="module")
-def quick(prerequisites, tmp_path_factory):
+def nginx_before() -> int | None:
+    """nginx's master before the run: the gateway's deploy starts nginx if none runs."""
+    return gateway.nginx_master()
+
+
+@pytest.fixture(scope="module")
+def quick(prerequisites, nginx_before, tmp_path_factory):
     work = tmp_path_factory.mktemp("bench")
     out = work / "out"
     before = leftovers()
@@ -205,8 +211,10 @@ def test_plots_are_png_images(quick):
         assert width >= 300 and height >= 200
 
 
-def test_nothing_is_left_behind(quick):
+def test_nothing_is_left_behind(quick, nginx_before):
     out, _, before = quick
+    # nginx as the run found it: stopped again if its deploy started it.
+    assert gateway.nginx_master() == nginx_before
     run_id = json.loads((out / "results.json").read_text())["meta"]["run_id"]
     assert bench_containers(run_id) == []
     label = f"label=zenvllm.deployment={gateway.DEPLOYMENT_PREFIX}{BASE_PORT + 90}"

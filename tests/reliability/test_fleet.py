@@ -14,6 +14,7 @@ import re
 import signal
 import ssl
 import stat
+import subprocess
 import sys
 import threading
 import time
@@ -28,6 +29,7 @@ from fleet import API_KEY, HF_TOKEN, IMAGE, Fleet, deploy_then_remove, docker
 from support.engine import wait_for
 from support.load import BackgroundLoad, LoadResult, run_load
 
+from zenvllm.bench import gateway
 from zenvllm.runtime.health import healthy
 
 pytestmark = pytest.mark.reliability
@@ -72,7 +74,20 @@ def ensure_image() -> None:
 
 
 @pytest.fixture(scope="module")
-def deployed(tmp_path_factory):
+def stale_pid_file():
+    """/run/nginx.pid as a killed nginx leaves it once its pid is reused: naming a live
+    process that is not nginx (seen: a dockerd thread). deploy.yml must start nginx
+    anyway and never signal that process (`sleep` dies of the HUP a reload sends)."""
+    require(gateway.nginx_master() is None, "nginx runs here: no stale pid file to plant")
+    decoy = subprocess.Popen(["sleep", "infinity"])
+    gateway.NGINX_PID.write_text(f"{decoy.pid}\n")
+    yield decoy
+    decoy.kill()
+    decoy.wait()
+
+
+@pytest.fixture(scope="module")
+def deployed(stale_pid_file, tmp_path_factory):
     require_tool("docker")
     engine = docker("version", "--format", "{{.Server.Version}}", check=False)
     require(engine.returncode == 0, "no container engine answers (make engine)")
@@ -84,6 +99,12 @@ def deployed(tmp_path_factory):
     fleet = Fleet(root=tmp_path_factory.mktemp("fleet"), model_dir=ensure_tiny_model())
     with deploy_then_remove(fleet, REPO / ".cache" / "reliability-deploy.log") as done:
         yield fleet, [done.stdout]
+
+
+def test_a_stale_nginx_pid_file_is_neither_trusted_nor_signalled(deployed, stale_pid_file):
+    assert stale_pid_file.poll() is None, f"the decoy died: {stale_pid_file.returncode}"
+    master = gateway.nginx_master()
+    assert master is not None and master != stale_pid_file.pid, master
 
 
 # -- least privilege, on the deployed containers ---------------------------------------

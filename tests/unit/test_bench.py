@@ -5,7 +5,10 @@ from __future__ import annotations
 import csv
 import json
 import re
+import shutil
+import signal
 import statistics
+import subprocess
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -512,6 +515,38 @@ def test_the_gateway_touches_only_a_site_and_work_dir_zenvllm_wrote(tmp_path):
     gateway.check_paths(d)  # both zenvllm's: accepted
     gateway.remove_own_files(d)
     assert not d.site.exists() and not d.work.exists()
+
+
+def test_nginx_is_named_by_its_pid_file_and_its_binary_and_only_nginx_is_signalled(
+    tmp_path, monkeypatch
+):
+    """A pid file a killed nginx left names another process once the pid is reused:
+    that process is neither taken for nginx nor signalled."""
+    from zenvllm.bench import gateway
+
+    pid_file = tmp_path / "nginx.pid"
+    monkeypatch.setattr(gateway, "NGINX_PID", pid_file)
+    assert gateway.nginx_master() is None  # no file
+    fake = tmp_path / "nginx"  # a process whose binary is named nginx
+    shutil.copy("/bin/sleep", fake)
+    default_quit = lambda: signal.signal(signal.SIGQUIT, signal.SIG_DFL)  # noqa: E731
+    other = subprocess.Popen(["/bin/sleep", "60"], preexec_fn=default_quit)
+    master = subprocess.Popen([str(fake), "60"], preexec_fn=default_quit)
+    try:
+        for text, want in [("", None), ("x\n", None), ("99999999\n", None),
+                           (f"{other.pid}\n", None), (f"{master.pid}\n", master.pid)]:  # fmt: skip
+            pid_file.write_text(text)
+            assert gateway.nginx_master() == want, text
+        pid_file.write_text(f"{other.pid}\n")
+        assert gateway.signal_nginx(signal.SIGQUIT) is False
+        assert other.poll() is None
+        pid_file.write_text(f"{master.pid}\n")
+        gateway.stop_nginx(timeout_s=5)
+        assert master.wait(5) == -signal.SIGQUIT  # the graceful stop was enough
+    finally:
+        for proc in (other, master):
+            proc.kill()
+            proc.wait()
 
 
 def test_vllm_dp_runs_one_rank_per_planner_slice_in_one_container():

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
+import signal
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +31,9 @@ DEPLOYMENT_PREFIX = "zenvllm-bench-gw"
 PORTS = (90, 99)  # above --base-port: nginx, and its instances up to the last
 # The gateway role's site starts with this header (templates/zenvllm.conf.j2).
 SITE_HEADER = "# zenvllm gateway: "
+NGINX_PID = Path("/run/nginx.pid")  # Debian's and Ubuntu's nginx.conf: `pid /run/nginx.pid;`
+# Left in the work directory when this run's deploy started nginx: teardown stops it.
+STARTED_NGINX = "nginx-started-here"
 NO_ANSIBLE = (
     "the gateway configuration runs zenvllm's deploy playbook and needs ansible-playbook; "
     f"{playbooks.INSTALL} or pass --gateway URL"
@@ -116,6 +120,7 @@ def deploy(d: Deployment, log: Path, timeout_s: float = 1800) -> None:
     """Run deploy.yml; raise RuntimeError with its tail when it fails."""
     check_paths(d)
     outputs.claim(d.work, "the gateway's work directory")
+    nginx_ran = nginx_master() is not None
     shipped.write_zipapp(d.work / "zenvllm.pyz")
     vars_file = d.work / "vars.json"
     fd = os.open(vars_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -138,6 +143,8 @@ def deploy(d: Deployment, log: Path, timeout_s: float = 1800) -> None:
         except subprocess.TimeoutExpired:
             raise RuntimeError(f"deploy.yml ran over {timeout_s:.0f} s; see {log}") from None
         finally:
+            if not nginx_ran and nginx_master() is not None:
+                (d.work / STARTED_NGINX).write_text("")
             outputs.seal(d.work)  # what the play wrote there is zenvllm's too
     if done.returncode != 0:
         tail = "\n".join(gate.tail(log).splitlines()[-25:])
@@ -150,15 +157,52 @@ def containers(d: Deployment) -> list[str]:
 
 
 def teardown(d: Deployment, logs: Path | None = None) -> None:
-    """Remove the deployment's containers, its nginx site and work dir; reload nginx."""
+    """Remove the deployment's containers, its nginx site and work dir; reload nginx
+    without the site, or stop it if this run's deploy started it."""
     for name in containers(d):
         if logs is not None:
             done = DOCKER.run("logs", name)
             (logs / f"gateway-{name}.log").write_text(done.stdout + done.stderr)
         DOCKER.run("rm", "--force", name)
+    started_here = (d.work / STARTED_NGINX).exists()
     remove_own_files(d)
-    if shutil.which("nginx") and Path("/run/nginx.pid").exists():
-        subprocess.run(["nginx", "-s", "reload"], capture_output=True, check=False)
+    if started_here:
+        stop_nginx()
+    else:
+        signal_nginx(signal.SIGHUP)
+
+
+def nginx_master() -> int | None:
+    """The running nginx master's pid, else None. A pid file is no proof: one left by a
+    killed nginx names another process once the pid is reused (seen here: a thread of
+    dockerd), and `nginx -s reload` would signal that process."""
+    try:
+        pid = int(gate.read_text(NGINX_PID, gate.SMALL, "", optional=True) or "")
+        exe = os.readlink(f"/proc/{pid}/exe")
+    except (gate.InputError, OSError, ValueError):
+        return None
+    return pid if Path(exe.removesuffix(" (deleted)")).name == "nginx" else None  # upgraded
+
+
+def stop_nginx(timeout_s: float = 30) -> None:
+    """Stop nginx and wait until it has: gracefully (QUIT lets open requests finish),
+    then at once (TERM). Whoever looks next must not find it still quitting."""
+    for sig in (signal.SIGQUIT, signal.SIGTERM):
+        if not signal_nginx(sig):
+            return
+        deadline = time.monotonic() + timeout_s
+        while nginx_master() is not None and time.monotonic() < deadline:
+            time.sleep(0.5)
+
+
+def signal_nginx(sig: signal.Signals) -> bool:
+    """Send `sig` to the running nginx master (HUP reloads, QUIT stops gracefully);
+    False if none runs."""
+    pid = nginx_master()
+    if pid is None:
+        return False
+    os.kill(pid, sig)
+    return True
 
 
 def remove_own_files(d: Deployment) -> None:
