@@ -4,6 +4,12 @@ count that held steady falls and stays down."""
 
 from __future__ import annotations
 
+import signal
+import socket
+import subprocess
+import sys
+import time
+
 from zenvllm.runtime import group
 from zenvllm.runtime.launcher import check_port, group_port, listen_record
 
@@ -111,3 +117,43 @@ def test_an_unreadable_table_gives_no_verdict():
 def test_the_interface_of_an_address_is_found_on_this_machine():
     assert group.interface_of("127.0.0.1") == "lo"  # every Linux host has it
     assert group.interface_of("203.0.113.254") is None  # TEST-NET-3: on no host
+
+
+SUPERVISE = "import os, sys; from zenvllm.runtime import group; "
+
+
+def supervisor(command: list[str], port: int) -> subprocess.Popen[str]:
+    """`group.supervise` in a process of its own (it forwards signals, reaps, kills a
+    process group), checking every 0.1 s."""
+    code = SUPERVISE + f"sys.exit(group.supervise({command!r}, dict(os.environ), {port}, 0.1))"
+    return subprocess.Popen([sys.executable, "-c", code], text=True, stderr=subprocess.PIPE)
+
+
+def test_the_supervisor_exits_as_vllm_does_and_forwards_a_stop():
+    done = supervisor(["sh", "-c", "exit 3"], port=1)
+    assert done.wait(10) == 3
+    trapped = supervisor(["sh", "-c", "trap 'exit 7' TERM; sleep 30 & wait"], port=1)
+    time.sleep(1)  # its trap set
+    trapped.send_signal(signal.SIGTERM)
+    assert trapped.wait(10) == 7
+
+
+def test_the_supervisor_kills_vllm_at_once_when_its_group_breaks():
+    """A real connection on a real port: a member's once it lasted 3 checks, its loss
+    for 3 checks breaks the group, and vLLM (here a `sleep` that would outlive the
+    test, with a child of its own) is killed with its process group."""
+    with socket.create_server(("127.0.0.1", 0)) as store:
+        port = store.getsockname()[1]
+        member = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = store.accept()
+        start = time.monotonic()
+        proc = supervisor(["sh", "-c", "sleep 61.25 & sleep 61.5"], port)
+        time.sleep(1.5)  # 15 checks: a member
+        member.close()
+        accepted.close()
+        assert proc.wait(10) == 1
+        assert time.monotonic() - start < 10
+        # Loopback: both ends of the one connection are on the port.
+        assert "the pipeline group broke: 2 of its 2 connection(s)" in proc.stderr.read()
+        left = subprocess.run(["pgrep", "-f", "sleep 61[.](25|5)"], capture_output=True, text=True)
+        assert left.stdout == "", left.stdout

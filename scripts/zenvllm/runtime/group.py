@@ -5,11 +5,16 @@ worker left the head answering /health with 200; the next request hung until vLL
 RPC timeout (300 s, "RPC call to sample_tokens timed out") ended the head, and without
 a request nothing would have. Each member of a group started with `--nnodes` holds TCP
 connections to the head's torch.distributed store (the head's `--master-port`) for its
-whole life, so the launcher forks this watch before it execs vLLM: a connection on that
-port established for `PATIENCE` checks is a member's, and its loss for `PATIENCE` checks
-means a member is gone, so the watch ends this container's vLLM.
-The supervisor (systemd, or the engine's restart policy) starts it again; a head waits
-for its workers and a worker retries its head, so the group forms again by itself.
+whole life: a connection on that port established for `PATIENCE` checks is a member's,
+and its loss for `PATIENCE` checks means a member is gone.
+
+The launcher, the container's PID 1, runs vLLM as its child and watches (`supervise`):
+vLLM's API server as PID 1 could not be killed from inside the container, and asked to
+stop it waits for every open request, which on a dead engine ends only when its clients
+give up (measured: 115 s of a 161 s heal, until the test's clients timed out). When the
+group breaks the launcher kills vLLM at once and exits; the supervisor (systemd, or the
+engine's restart policy) starts the container again; a head waits for its workers and a
+worker retries its head, so the group forms again by itself.
 Standard library only: it runs in the image before vLLM.
 """
 
@@ -80,33 +85,82 @@ def read_tables() -> list[str] | None:
         return None
 
 
-def end_vllm() -> None:
-    """Kill vLLM's processes but PID 1 (a container's PID 1 ignores SIGKILL), then ask
-    PID 1, the API server, to stop: with its engine gone it exits."""
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(-1, signal.SIGKILL)  # every process we may signal but PID 1 and this one
-    os.kill(1, signal.SIGTERM)
-
-
 def watch(
     port: int,
     read: Callable[[], list[str] | None] = read_tables,
     sleep: Callable[[float], None] = time.sleep,
     every: float = EVERY,
-) -> None:
+    ended: Callable[[], bool] = lambda: False,
+) -> bool:
+    """Check the group every `every` seconds: True once it broke (and why, on stderr),
+    False once `ended()` says vLLM ended by itself."""
     state = Watch()
-    while True:
+    while not ended():
         tables = read()
         if tables is not None and state.broken(store_connections(tables, port)):
-            break
+            print(
+                f"zenvllm-launch: the pipeline group broke: "
+                f"{len(state.members - set(state.seen))} of its {len(state.members)} "
+                f"connection(s) on its store port {port} closed; ending this member so its "
+                "supervisor restarts it and the group forms again",
+                file=sys.stderr,
+                flush=True,
+            )
+            return True
         sleep(every)
-    print(
-        f"zenvllm-launch: the pipeline group broke: {len(state.members - set(state.seen))} of "
-        f"its {len(state.members)} connection(s) on its store port {port} closed; ending "
-        "this member so its supervisor restarts it and the group forms again",
-        file=sys.stderr,
-        flush=True,
-    )
+    return False
+
+
+# What an engine or systemd sends to stop or signal a container: vLLM's to handle.
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1)
+
+
+def reap(child: int) -> int | None:
+    """Reap every exited process, as PID 1 must (vLLM's orphans are re-parented to it):
+    `child`'s exit code once it has exited, else None."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return 0  # nothing left to wait for: the child was reaped elsewhere
+        if pid == 0:
+            return None
+        if pid == child:
+            return os.waitstatus_to_exitcode(status)
+
+
+def supervise(command: list[str], env: dict[str, str], port: int, every: float = EVERY) -> int:
+    """Run `command` (vLLM) as this process's child and watch its group: vLLM's exit
+    code when it ends by itself, 1 when the group broke (vLLM killed at once)."""
+    child = os.fork()
+    if child == 0:
+        try:
+            os.setpgid(0, 0)  # vLLM and its processes in a group of their own, to kill
+            os.execvpe(command[0], command, env)
+        finally:
+            os._exit(127)  # exec failed; the error is on stderr
+
+    def forward(sig: int, _frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, sig)
+
+    for sig in FORWARDED:
+        signal.signal(sig, forward)
+    exited: list[int] = []
+
+    def ended() -> bool:
+        code = reap(child)
+        if code is not None:
+            exited.append(code)
+        return bool(exited)
+
+    if not watch(port, every=every, ended=ended):
+        return exited[0]
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child, signal.SIGKILL)  # what escaped the group dies with PID 1's exit
+    while reap(child) is None:
+        time.sleep(0.1)
+    return 1
 
 
 SIOCGIFADDR = 0x8915  # Linux: an interface's IPv4 address
@@ -127,13 +181,3 @@ def interface_of(address: str) -> str | None:
             if socket.inet_ntoa(reply[20:24]) == address:
                 return name
     return None
-
-
-def start(port: int) -> None:
-    """Fork the watch; the parent goes on to exec vLLM."""
-    if os.fork() == 0:
-        try:
-            watch(port)
-            end_vllm()
-        finally:
-            os._exit(0)

@@ -272,15 +272,12 @@ def group_port(command: list[str]) -> int | None:
 
 def join_group(command: list[str], env: dict[str, str], store: int) -> None:
     """A member of a copy cut over hosts: gloo on the interface of this host's planned
-    address (runtime/group.py says why), and the watch that ends a broken group."""
+    address (runtime/group.py says why)."""
     own = ServeArgs(command[2], command[3:]).option("--host") or ""
     nic = "GLOO_SOCKET_IFNAME" not in env and group.interface_of(own)
     if nic:
         env["GLOO_SOCKET_IFNAME"] = nic
         log(f"pipeline group: GLOO_SOCKET_IFNAME={nic} (the interface of {own})")
-    if os.getpid() == 1:  # a container's init: what the watch ends stays inside it
-        log(f"pipeline group: watching its store port {store} (runtime/group.py)")
-        group.start(store)
 
 
 def check_port(command: list[str]) -> None:
@@ -417,6 +414,10 @@ def main(argv: list[str] | None = None) -> int:
     store = group_port(command)
     if store:
         join_group(command, env, store)
+        if os.getpid() == 1:  # a container's init: what the watch ends stays inside it
+            log(f"pipeline group: watching its store port {store} (runtime/group.py)")
+            log("run " + " ".join(command))
+            return group.supervise(command, env, store)
     log("exec " + " ".join(command))
     os.execvpe(command[0], command, env)
     return 0  # not reached
