@@ -132,6 +132,8 @@ def supervisor(command: list[str], port: int) -> subprocess.Popen[str]:
 def test_the_supervisor_exits_as_vllm_does_and_forwards_a_stop():
     done = supervisor(["sh", "-c", "exit 3"], port=1)
     assert done.wait(10) == 3
+    killed = supervisor(["sh", "-c", "kill -9 $$"], port=1)
+    assert killed.wait(10) == 128 + 9  # as a shell reports a death by signal
     trapped = supervisor(["sh", "-c", "trap 'exit 7' TERM; sleep 30 & wait"], port=1)
     time.sleep(1)  # its trap set
     trapped.send_signal(signal.SIGTERM)

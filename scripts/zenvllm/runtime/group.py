@@ -126,7 +126,8 @@ def reap(child: int) -> int | None:
         if pid == 0:
             return None
         if pid == child:
-            return os.waitstatus_to_exitcode(status)
+            code = os.waitstatus_to_exitcode(status)
+            return 128 - code if code < 0 else code  # killed by a signal: as a shell says
 
 
 def supervise(command: list[str], env: dict[str, str], port: int, every: float = EVERY) -> int:
