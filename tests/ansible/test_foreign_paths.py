@@ -213,6 +213,42 @@ def test_the_monitoring_role_refuses_an_alertmanager_it_did_not_install(tmp_path
     assert theirs.read_text() == text
 
 
+def test_the_gateway_adds_njs_only_to_an_nginx_zenvllm_installed(tmp_path):
+    """Several models need nginx's njs module. On an nginx that was there before zenvllm
+    (no record of installing it, or a record zenvllm did not write) the role refuses
+    before installing or writing anything; with zenvllm's record it goes on to install.
+    The server package is `dpkg` here, installed on every Debian host, as an operator's
+    nginx would be; the module a name no archive has, so nothing is ever installed."""
+    records = tmp_path / "installed"
+    variables = {
+        "zenvllm_gateway_models": [
+            {"served_name": "chat", "urls": ["127.0.0.1:8001"]},
+            {"served_name": "embed", "urls": ["127.0.0.1:8002"]},
+        ],
+        "zenvllm_gateway_packages": ["dpkg"],
+        "zenvllm_gateway_nginx_package": "dpkg",
+        "zenvllm_gateway_njs_packages": ["zenvllm-test-no-such-njs"],
+        "zenvllm_gateway_installed_dir": str(records),
+    }
+    refusal = "need nginx's njs module (zenvllm-test-no-such-njs)"
+    for record in (None, "mine\n"):
+        if record is not None:
+            records.mkdir(exist_ok=True)
+            (records / "dpkg").write_text(record)
+        run = run_tasks(tmp_path, [("zenvllm_gateway", "install")], variables)
+        said = " ".join(run.output.split())
+        assert run.rc != 0 and refusal in said, said[-3000:]
+        assert "apt-get install zenvllm-test-no-such-njs" in said
+        assert "Install nginx from the distribution" not in said
+        assert sorted(p.name for p in records.glob("*")) == ([] if record is None else ["dpkg"])
+    (records / "dpkg").write_text("Installed by zenvllm's gateway role; state=absent leaves it.\n")
+    run = run_tasks(tmp_path, [("zenvllm_gateway", "install")], variables)
+    said = " ".join(run.output.split())
+    assert refusal not in said and "Install nginx from the distribution" in said, said[-3000:]
+    assert run.rc != 0  # apt has no such module: nothing installed, nothing recorded
+    assert sorted(p.name for p in records.iterdir()) == ["dpkg"]
+
+
 def test_pruning_compile_caches_removes_only_this_deployments_stale_keys(tmp_path):
     """Older keys and unplanned instances of this deployment go; the current key, other
     deployments' caches and names that only look alike stay."""

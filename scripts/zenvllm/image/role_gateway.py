@@ -51,14 +51,15 @@ VARIABLES = (
         "The models behind this gateway: the plan's, each with its served name and "
         "URLs. With several, each request goes to the instances of the model its JSON "
         "\"model\" field names (nginx's njs module reads it: Debian's "
-        "libnginx-mod-http-js, installed then), and GET /v1/models lists them all; with "
-        "one, nginx proxies as it always has.",
+        "libnginx-mod-http-js, installed then; refused on an nginx zenvllm did not "
+        "install, where the operator installs it), and GET /v1/models lists them all; "
+        "with one, nginx proxies as it always has.",
         MODELS,
         role_default="{{ zenvllm_instances_plan.models | default([]) }}",
         description="The models behind the gateway, each with served_name and urls (default the "
         "plan's). With several, requests go by their JSON model field to that model's "
-        "instances (nginx's njs module, libnginx-mod-http-js) and GET /v1/models lists "
-        "them all.",
+        "instances (nginx's njs module, libnginx-mod-http-js; on an nginx zenvllm did not "
+        "install, refused until the operator installs it) and GET /v1/models lists them all.",
         elements="dict",
     ),
     own(
