@@ -26,7 +26,7 @@ from pathlib import Path
 from support import engine
 from support.ansible_run import planner_zipapp
 
-from zenvllm.bench import gateway
+from zenvllm.bench.gateway import nginx_master, signal_nginx, stop_nginx
 from zenvllm.image import playbooks
 
 REPO = Path(__file__).resolve().parents[2]
@@ -169,7 +169,7 @@ class Fleet:
         self.site.with_suffix(".js").unlink(missing_ok=True)  # several models' router
         if default_site_was_there and not NGINX_DEFAULT_SITE.exists():
             NGINX_DEFAULT_SITE.symlink_to("/etc/nginx/sites-available/default")
-        gateway.signal_nginx(signal.SIGHUP)
+        signal_nginx(signal.SIGHUP)
         # The containers' /dev/shm and /tmp (libiomp5 and vLLM leftovers) go with them.
         shutil.rmtree(self.root, ignore_errors=True)
 
@@ -180,7 +180,7 @@ def deploy_then_remove(fleet: Fleet, log: Path) -> Iterator[subprocess.Completed
     fails), asserted to pass; then always taken down, nginx's default site put back and
     nginx stopped again if this run started it."""
     default_site = NGINX_DEFAULT_SITE.exists()
-    nginx_ran = gateway.nginx_master() is not None
+    nginx_ran = nginx_master() is not None
     start = time.monotonic()
     done = fleet.playbook("-v")
     print(f"\ndeploy.yml ({fleet.deployment}): rc {done.returncode} in "
@@ -193,4 +193,4 @@ def deploy_then_remove(fleet: Fleet, log: Path) -> Iterator[subprocess.Completed
     finally:
         fleet.teardown(default_site)
         if not nginx_ran:
-            gateway.stop_nginx()
+            stop_nginx()
