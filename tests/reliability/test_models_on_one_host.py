@@ -184,6 +184,24 @@ def test_embeddings_through_the_gateway_are_the_instances_and_need_a_key(pooled)
     assert refused.value.code == 401
 
 
+def test_score_and_rerank_go_through_the_gateway_by_model(pooled):
+    """/score and /rerank, routed by their body's model like every path: for an
+    embedding model vLLM scores a pair by the cosine of its two vectors."""
+    fleet, _ = pooled
+    query, documents = "What is the capital of France?", TEXTS
+    embedded = direct(fleet, {"model": MODEL, "input": [query, *documents]})["data"]
+    vectors = [d["embedding"] for d in sorted(embedded, key=lambda d: d["index"])]
+    want = [cosine(vectors[0], v) for v in vectors[1:]]
+    body = {"model": MODEL, "queries": query, "documents": documents}
+    scored = through_gateway(fleet, "/score", body)["data"]
+    got = [d["score"] for d in sorted(scored, key=lambda d: d["index"])]
+    print(f"scores through the gateway {got}, the vectors' cosines {want}")
+    assert max(abs(a - b) for a, b in zip(got, want, strict=True)) < 1e-3
+    body = {"model": MODEL, "query": query, "documents": documents}
+    ranked = through_gateway(fleet, "/rerank", body)["results"]
+    assert [r["index"] for r in ranked] == sorted(range(len(documents)), key=lambda i: -want[i])
+
+
 def test_the_openai_client_lists_both_and_embeds_through_the_gateway_over_tls(pooled):
     fleet, _ = pooled
     argv = ["run", "--rm", "--network", "host", "-v", f"{fleet.ca}:/ca.pem:ro"]

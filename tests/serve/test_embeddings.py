@@ -4,7 +4,9 @@ The launcher reads it as a pooling model and asks vLLM for the pooling runner wi
 KV cache; /v1/embeddings must give the vectors the reference implementation gives
 (transformers' BertModel in float32, mean-pooled over the attention mask and normalised,
 as the model's sentence-transformers modules say), and the OpenAI client's
-`embeddings.create` must work against it."""
+`embeddings.create` must work against it. A cross-encoder (support/reranker_model: that
+model's BERT under a one-label classification head) is served the same way, and its
+/score and /rerank must give transformers' BertForSequenceClassification's scores."""
 
 from __future__ import annotations
 
@@ -12,11 +14,13 @@ import json
 import math
 import re
 import time
+from pathlib import Path
 
 import pytest
 from conftest import require
 from support import cpu, engine
 from support.embedding_model import ensure_embedding_model
+from support.reranker_model import ensure_reranker_model
 
 from zenvllm.runtime.health import healthy
 
@@ -39,6 +43,23 @@ mask = batch["attention_mask"].unsqueeze(-1).float()
 pooled = (hidden * mask).sum(1) / mask.sum(1)
 print(json.dumps(torch.nn.functional.normalize(pooled, dim=-1).tolist()))
 """
+QUERY = "What is the capital of France?"
+DOCUMENTS = ["Paris is the capital of France", "The quick brown fox", "A vLLM server on a CPU"]
+# The cross-encoder's reference: transformers' BertForSequenceClassification in float32,
+# each pair tokenised as the model's tokenizer pairs them ([CLS] query [SEP] document
+# [SEP], token types 0 then 1); one label, so a score is the logit's sigmoid
+# (sentence-transformers' CrossEncoder default for one label).
+SCORES = """
+import json, sys, torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+query, documents = json.loads(sys.argv[1])
+tok = AutoTokenizer.from_pretrained("/model")
+model = AutoModelForSequenceClassification.from_pretrained("/model", torch_dtype=torch.float32)
+batch = tok([query] * len(documents), documents, padding=True, return_tensors="pt")
+with torch.no_grad():
+    logits = model.eval()(**batch).logits[:, 0]
+print(json.dumps(torch.sigmoid(logits).tolist()))
+"""
 # The OpenAI client library (a vLLM dependency, in the image) against the server.
 CLIENT = """
 import json, sys
@@ -50,9 +71,11 @@ print(json.dumps({"vectors": vectors, "tokens": reply.usage.prompt_tokens}))
 """
 
 
-def in_image(image: str, code: str, *args: str, network: str = "none") -> str:
+def in_image(
+    image: str, code: str, *args: str, network: str = "none", model: Path | None = None
+) -> str:
     """Python in a throwaway container of the image, the model mounted; its stdout."""
-    model = ensure_embedding_model()
+    model = model or ensure_embedding_model()
     argv = ["run", "--rm", "--network", network, "-v", f"{model}:/model:ro"]
     done = engine.docker(*argv, "--entrypoint", "python", image, "-c", code, *args)
     return done.stdout.strip().splitlines()[-1]
@@ -115,3 +138,44 @@ def test_the_openai_client_gets_the_same_vectors(embedder):
     assert got["tokens"] == direct["usage"]["prompt_tokens"] > len(TEXTS)
     for a, d in zip(got["vectors"], sorted(direct["data"], key=lambda d: d["index"]), strict=True):
         assert cosine(a, d["embedding"]) > 0.99999
+
+
+@pytest.fixture(scope="module")
+def reranker(tmp_path_factory):
+    require(engine.engine_ready(), "no container engine answers (run `make engine`)")
+    image, _ = engine.build("vllm-openai", tmp_path_factory.mktemp("logs") / "build.log")
+    model, port, start = ensure_reranker_model(), engine.free_port(), time.monotonic()
+    args = ("--model", "/model", "--port", str(port), "--enforce-eager")
+    with engine.container(image, *args, run_opts=("-v", f"{model}:/model:ro")) as name:
+        engine.wait_for(lambda: healthy(port), 420, "/health", name, every=2)
+        print(f"reranker ready in {time.monotonic() - start:.0f} s")
+        yield image, name, port, model
+
+
+def test_the_launcher_serves_a_cross_encoder_for_scores(reranker):
+    _, name, _, _ = reranker
+    log = engine.logs(name)
+    said = "runner pooling: BertForSequenceClassification: a classification head, served for"
+    assert f"zenvllm-launch: {said} scores (/score, /rerank)" in log, log
+    assert "zenvllm-launch: VLLM_CPU_KVCACHE_SPACE=0 (planned)" in log, log
+    assert re.search(r"zenvllm-launch: exec vllm serve /model .*--runner=pooling", log), log
+    assert re.search(r"Supported tasks: \[[^]]*'classify'", log), log  # /score, /rerank
+
+
+def test_scores_and_ranks_are_the_reference_implementations(reranker):
+    image, _, port, model = reranker
+    reference = json.loads(in_image(image, SCORES, json.dumps([QUERY, DOCUMENTS]), model=model))
+    url = f"http://127.0.0.1:{port}"
+    reply = engine.http_json(f"{url}/score", {"queries": QUERY, "documents": DOCUMENTS})
+    scores = [d["score"] for d in sorted(reply["data"], key=lambda d: d["index"])]
+    print(f"scores {scores}, the float32 reference's {reference}")
+    assert len(scores) == len(DOCUMENTS)
+    # bfloat16 (or float32) against float32.
+    assert max(abs(a - b) for a, b in zip(scores, reference, strict=True)) < 0.02
+    assert max(reference) - min(reference) > 0.1  # a server scoring all alike fails here
+    ranked = engine.http_json(f"{url}/rerank", {"query": QUERY, "documents": DOCUMENTS})
+    results = ranked["results"]
+    assert [r["index"] for r in results] == sorted(range(len(DOCUMENTS)), key=lambda i: -scores[i])
+    for r in results:
+        assert r["document"]["text"] == DOCUMENTS[r["index"]]
+        assert abs(r["relevance_score"] - scores[r["index"]]) < 1e-6
