@@ -81,7 +81,8 @@ def stale_pid_file():
     if gateway.nginx_master() is not None:
         yield None  # nginx runs here: no stale pid file can be planted
         return
-    decoy = subprocess.Popen(["sleep", "infinity"])
+    hup = lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL)  # noqa: E731 (not inherited ignored)
+    decoy = subprocess.Popen(["sleep", "infinity"], preexec_fn=hup)
     gateway.NGINX_PID.write_text(f"{decoy.pid}\n")
     yield decoy
     decoy.kill()
