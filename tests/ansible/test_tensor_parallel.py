@@ -25,8 +25,6 @@ from support.ansible_run import planner_zipapp, playbook
 from support.cpu import cpuinfo_flags, this_host
 from support.tiny_model import ensure_tiny_model
 
-from zenvllm.bench.gateway import nginx_master, stop_nginx
-
 pytestmark = pytest.mark.ansible
 
 IMAGE = "zenvllm/vllm-openai:0.32.0"
@@ -87,13 +85,11 @@ def deployment(tmp_path_factory):
         "zenvllm_host_manage_sysctls": False,
         "zenvllm_host_manage_shm": False,
     }
-    nginx_ran = nginx_master() is not None
-    yield variables
-    playbook(extra_vars={**variables, "zenvllm_state": "absent"})
-    engine.docker("rm", "--force", f"{DEPLOYMENT}-0", check=False)
-    SITE.unlink(missing_ok=True)
-    if not nginx_ran:  # `absent` leaves nginx running (it may serve others): not here
-        stop_nginx()
+    with gateway.nginx_as_found():
+        yield variables
+        playbook(extra_vars={**variables, "zenvllm_state": "absent"})
+        engine.docker("rm", "--force", f"{DEPLOYMENT}-0", check=False)
+        SITE.unlink(missing_ok=True)
 
 
 def test_a_split_copy_deploys_and_serves_through_the_gateway(deployment):

@@ -25,8 +25,9 @@ from pathlib import Path
 
 from support import engine
 from support.ansible_run import planner_zipapp
+from support.gateway import nginx_as_found
 
-from zenvllm.bench.gateway import nginx_master, signal_nginx, stop_nginx
+from zenvllm.bench.gateway import signal_nginx
 from zenvllm.image import playbooks
 
 REPO = Path(__file__).resolve().parents[2]
@@ -180,17 +181,15 @@ def deploy_then_remove(fleet: Fleet, log: Path) -> Iterator[subprocess.Completed
     fails), asserted to pass; then always taken down, nginx's default site put back and
     nginx stopped again if this run started it."""
     default_site = NGINX_DEFAULT_SITE.exists()
-    nginx_ran = nginx_master() is not None
-    start = time.monotonic()
-    done = fleet.playbook("-v")
-    print(f"\ndeploy.yml ({fleet.deployment}): rc {done.returncode} in "
-          f"{time.monotonic() - start:.0f} s")  # fmt: skip
-    log.parent.mkdir(parents=True, exist_ok=True)
-    log.write_text(done.stdout)
-    try:
-        assert done.returncode == 0, f"see {log}: " + done.stdout[-4000:]
-        yield done
-    finally:
-        fleet.teardown(default_site)
-        if not nginx_ran:
-            stop_nginx()
+    with nginx_as_found():
+        start = time.monotonic()
+        done = fleet.playbook("-v")
+        print(f"\ndeploy.yml ({fleet.deployment}): rc {done.returncode} in "
+              f"{time.monotonic() - start:.0f} s")  # fmt: skip
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(done.stdout)
+        try:
+            assert done.returncode == 0, f"see {log}: " + done.stdout[-4000:]
+            yield done
+        finally:
+            fleet.teardown(default_site)

@@ -10,10 +10,12 @@ model's BERT under a one-label classification head) is served the same way, and 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -86,19 +88,28 @@ def cosine(a: list[float], b: list[float]) -> float:
     return dot / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
 
 
-@pytest.fixture(scope="module")
-def embedder(tmp_path_factory):
+@contextlib.contextmanager
+def pooling_server(model: Path, what: str, logs: Path) -> Iterator[tuple[str, str, int]]:
+    """`docker run IMAGE --model /model` of a pooling model, healthy: (image, name, port).
+    No --max-model-len (engine.serve gives 512): vLLM takes the model's own limit (256
+    tokens for all-MiniLM-L6-v2, sentence_bert_config.json's max_seq_length) and refuses
+    a longer one. Eager: the serve tier's other tests prove the compiled path; these the
+    pooler."""
     require(engine.engine_ready(), "no container engine answers (run `make engine`)")
-    image, _ = engine.build("vllm-openai", tmp_path_factory.mktemp("logs") / "build.log")
-    model, port, start = ensure_embedding_model(), engine.free_port(), time.monotonic()
-    # No --max-model-len (engine.serve gives 512): vLLM takes the model's own 256 tokens
-    # (sentence_bert_config.json's max_seq_length) and refuses a longer one.
-    # Eager: the serve tier's other tests prove the compiled path; this one the pooler.
+    image, _ = engine.build("vllm-openai", logs / "build.log")
+    port, start = engine.free_port(), time.monotonic()
     args = ("--model", "/model", "--port", str(port), "--enforce-eager")
     with engine.container(image, *args, run_opts=("-v", f"{model}:/model:ro")) as name:
         engine.wait_for(lambda: healthy(port), 420, "/health", name, every=2)
-        print(f"embedding server ready in {time.monotonic() - start:.0f} s")
+        print(f"{what} ready in {time.monotonic() - start:.0f} s")
         yield image, name, port
+
+
+@pytest.fixture(scope="module")
+def embedder(tmp_path_factory):
+    logs = tmp_path_factory.mktemp("logs")
+    with pooling_server(ensure_embedding_model(), "embedding server", logs) as served:
+        yield served
 
 
 def test_the_launcher_serves_an_encoder_as_a_pooler_without_a_kv_cache(embedder):
@@ -142,13 +153,8 @@ def test_the_openai_client_gets_the_same_vectors(embedder):
 
 @pytest.fixture(scope="module")
 def reranker(tmp_path_factory):
-    require(engine.engine_ready(), "no container engine answers (run `make engine`)")
-    image, _ = engine.build("vllm-openai", tmp_path_factory.mktemp("logs") / "build.log")
-    model, port, start = ensure_reranker_model(), engine.free_port(), time.monotonic()
-    args = ("--model", "/model", "--port", str(port), "--enforce-eager")
-    with engine.container(image, *args, run_opts=("-v", f"{model}:/model:ro")) as name:
-        engine.wait_for(lambda: healthy(port), 420, "/health", name, every=2)
-        print(f"reranker ready in {time.monotonic() - start:.0f} s")
+    model, logs = ensure_reranker_model(), tmp_path_factory.mktemp("logs")
+    with pooling_server(model, "reranker", logs) as (image, name, port):
         yield image, name, port, model
 
 

@@ -1,14 +1,19 @@
-"""A client of a closed gateway: its generated key and CA from the controller's secrets."""
+"""A client of a closed gateway: its generated key and CA from the controller's secrets;
+and this machine's nginx left as a test found it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import ssl
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 from support.ansible_run import REPO
+
+from zenvllm.bench.gateway import nginx_master, stop_nginx
 
 SECRETS = REPO / ".cache" / "secrets"  # ZENVLLM_SECRETS_DIR of every test playbook
 
@@ -52,3 +57,15 @@ def request(
         except ValueError:
             payload = {"raw": text.decode(errors="replace")}
         return err.code, dict(err.headers), payload
+
+
+@contextlib.contextmanager
+def nginx_as_found() -> Iterator[None]:
+    """nginx stopped again afterwards if it was not running before: deploy.yml starts it,
+    and `absent` leaves it running (it may serve others by then)."""
+    ran = nginx_master() is not None
+    try:
+        yield
+    finally:
+        if not ran:
+            stop_nginx()

@@ -52,6 +52,7 @@ from support.tiny_model import (
     ensure_tiny_model,
     float_weights,
     make_atomically,
+    read_config,
     to_bf16_bits,
     write_safetensors,
 )
@@ -217,10 +218,7 @@ def write_quant_model(directory: Path, shape: Shape, fmt: str, base: Path) -> No
 
 
 def is_current(directory: Path, fmt: str) -> bool:
-    try:
-        cfg = json.loads((directory / "config.json").read_text())
-    except (OSError, ValueError):
-        return False
+    cfg = read_config(directory)
     return (
         cfg.get("zenvllm_quant_recipe") == RECIPE
         and cfg.get("zenvllm_tiny_recipe") == TINY_RECIPE

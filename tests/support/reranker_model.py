@@ -14,13 +14,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import struct
 import sys
 from pathlib import Path
 
 import numpy as np
 from support.embedding_model import ensure_embedding_model
-from support.tiny_model import make_atomically, write_safetensors
+from support.tiny_model import make_atomically, read_config, write_safetensors
+
+from zenvllm.core.model import safetensors_header
 
 RECIPE = 2
 SEED = 4321
@@ -34,15 +35,14 @@ def default_dir() -> Path:
 
 
 def read_safetensors(path: Path) -> dict[str, np.ndarray]:
-    raw = path.read_bytes()
-    (length,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8 : 8 + length])
-    start = 8 + length
+    """Every tensor of a safetensors file, its header read by the model reader's gate."""
+    _, start, header = safetensors_header(path)
+    raw = path.read_bytes()[start:]
     tensors = {}
     for name, info in header.items():
         if name != "__metadata__":
             first, end = info["data_offsets"]
-            data = np.frombuffer(raw[start + first : start + end], dtype=DTYPES[info["dtype"]])
+            data = np.frombuffer(raw[first:end], dtype=DTYPES[info["dtype"]])
             tensors[name] = data.reshape(info["shape"])
     return tensors
 
@@ -72,14 +72,8 @@ def write_model(into: Path) -> None:
 
 
 def is_current(directory: Path) -> bool:
-    try:
-        config = json.loads((directory / "config.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return (
-        config.get("zenvllm_reranker_recipe") == RECIPE
-        and (directory / "model.safetensors").is_file()
-    )
+    made = read_config(directory).get("zenvllm_reranker_recipe") == RECIPE
+    return made and (directory / "model.safetensors").is_file()
 
 
 def ensure_reranker_model(directory: Path | None = None) -> Path:

@@ -323,22 +323,25 @@ def write_model(directory: Path, shape: Shape) -> None:
     write_safetensors(directory / "model.safetensors", weights(shape, vocab))
 
 
-def is_current(directory: Path) -> bool:
+def read_config(directory: Path) -> dict:
+    """A model directory's config.json as an object; {} if missing, unreadable or not one."""
     try:
         cfg = json.loads((directory / "config.json").read_text())
     except (OSError, ValueError):
-        return False
-    return cfg.get("zenvllm_tiny_recipe") == RECIPE and (directory / "model.safetensors").exists()
+        return {}
+    return cfg if isinstance(cfg, dict) else {}
+
+
+def is_current(directory: Path) -> bool:
+    made = read_config(directory).get("zenvllm_tiny_recipe") == RECIPE
+    return made and (directory / "model.safetensors").exists()
 
 
 def made_here(directory: Path) -> bool:
     """A model directory these makers wrote (any recipe): its config carries the marker."""
     if directory.is_symlink() or not directory.is_dir():
         return False
-    try:
-        return "zenvllm_tiny_recipe" in json.loads((directory / "config.json").read_text())
-    except (OSError, ValueError, TypeError):
-        return False
+    return "zenvllm_tiny_recipe" in read_config(directory)
 
 
 def make_atomically(
