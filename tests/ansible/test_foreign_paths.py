@@ -65,6 +65,8 @@ def test_absent_keeps_what_the_roles_did_not_make(tmp_path, layout):
     foreign = {
         paths["venv"] / "bin-python": "an operator's venv\n",
         paths["units"] / "fleet-router.service": "[Service]\nExecStart=/bin/true\n",
+        # Named as a model's router of this deployment, but another's by content.
+        paths["units"] / "fleet-router-embed.service": "[Unit]\nX-Zenvllm-Router=fleet-router-x\n",
         paths["rules"]: "groups: []\n",
         paths["dashboards"] / "zenvllm-fleet.json": '{"uid": "theirs"}\n',
         paths["dashboards"] / "other.json": "{}\n",
@@ -83,6 +85,9 @@ def test_absent_removes_what_the_roles_made(tmp_path, layout):
     (paths["venv"] / ".zenvllm-router").write_text("Made by zenvllm\n")
     (paths["units"] / "fleet-router.service").write_text(
         "# Ansible managed\n# vLLM's router in front of every zenvllm instance of the fleet.\n"
+    )
+    (paths["units"] / "fleet-router-embed.service").write_text(
+        "# Ansible managed\n[Unit]\nX-Zenvllm-Router=fleet-router\n"
     )
     paths["rules"].write_text("# Ansible managed\n# zenvllm monitoring: rules\ngroups: []\n")
     (paths["dashboards"] / ".zenvllm-monitoring").write_text("Made by zenvllm\n")

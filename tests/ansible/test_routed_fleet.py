@@ -48,6 +48,7 @@ import yaml
 from conftest import REPO, require, require_tool
 from support import engine, gateway, role_template
 from support.ansible_run import ANSIBLE_DIR, changed_tasks, planner_zipapp, playbook
+from support.embedding_model import ensure_embedding_model
 from support.load import BackgroundLoad
 from support.tiny_model import ensure_tiny_model
 from support.wheels import router_wheelhouse
@@ -197,8 +198,9 @@ class Fleet:
         log = self.ssh(f"journalctl -u {DEPLOYMENT}-router -n 40 --no-pager", check=False).stdout
         return "\n".join([what, *metrics, log[-4000:]])
 
-    def router_metrics(self) -> str:
-        return self.get(f"http://{self.router_address}:29000/metrics")[1]
+    def router_metrics(self, port: int = 29000) -> str:
+        """A router's metrics: the first model's on 29000, the next ones' on the next ports."""
+        return self.get(f"http://{self.router_address}:{port}/metrics")[1]
 
     def load(self, requests: int, concurrency: int = 6, **kwargs) -> BackgroundLoad:
         return BackgroundLoad(
@@ -292,10 +294,10 @@ class Fleet:
             states |= set(out.stdout.split())
         return states
 
-    def health(self) -> dict[str, bool]:
-        """Each instance URL and whether the router counts it healthy."""
+    def health(self, port: int = 29000) -> dict[str, bool]:
+        """Each instance URL and whether the router (of that metrics port) counts it healthy."""
         found = {}
-        for line in self.router_metrics().splitlines():
+        for line in self.router_metrics(port).splitlines():
             if line.startswith("vllm_router_worker_health{"):
                 found[line.split('worker="')[1].split('"')[0]] = line.endswith(" 1")
         return found
@@ -894,6 +896,115 @@ def test_gateway_health_fails_when_no_instance_is_healthy(fleet):
     assert fleet.get(f"{fleet.url}/gateway-health")[0] in (502, 503)
 
 
+EMBED = "minilm"  # sorted before "tiny-llama": its router takes the first ports
+
+
+def embed(fleet, texts: list[str]) -> tuple[int, dict]:
+    status, _, answer = gateway.request(
+        f"{fleet.url}/v1/embeddings",
+        DEPLOYMENT,
+        {"model": EMBED, "input": texts},
+        host=ROUTER_HOST,
+        timeout=60,
+    )
+    return status, answer
+
+
+def test_two_models_on_the_fleet_each_behind_its_own_router(fleet):
+    """Each host serves a model of its own, set in the inventory as an operator sets it
+    (host variables): fleet-a the chat model, this machine sentence-transformers'
+    all-MiniLM-L6-v2 (from PyPI). deploy.yml puts one router per model behind the one
+    gateway, which sends each request to the router of the model it names; the chat
+    model's instance killed under embedding load fails no embedding."""
+    import openai
+
+    plain = fleet.inventory.read_text()
+    inventory = yaml.safe_load(plain)
+    here = inventory["zenvllm"]["hosts"]["localhost"]
+    here |= {
+        "zenvllm_models": [f"{EMBED}={Path(here['zenvllm_model_dir']).parent / EMBED}"],
+        "zenvllm_model_sources": {EMBED: str(ensure_embedding_model())},
+        "zenvllm_instances_model_src": "",  # the play's model_src is fleet-a's
+    }
+    fleet.inventory.write_text(yaml.safe_dump(inventory))
+    try:
+        started = time.monotonic()
+        run = fleet.deploy()
+        print(f"two-model deploy: {time.monotonic() - started:.0f} s")
+        assert run.rc == 0 and run.failed() == 0, run.output[-6000:]
+        units = fleet.ssh(f"systemctl list-units --plain --no-legend '{DEPLOYMENT}-router*'")
+        assert [line.split()[0] for line in units.stdout.splitlines()] == [
+            f"{DEPLOYMENT}-router-{EMBED}.service",
+            f"{DEPLOYMENT}-router-tiny-llama.service",
+        ], units.stdout
+        # Each router has its own model's instances only.
+        workers = {
+            port: json.loads(fleet.ssh(f"curl -s http://127.0.0.1:{port}/workers").stdout)
+            for port in (30000, 30001)
+        }
+        assert {p: [w["url"] for w in answer["workers"]] for p, answer in workers.items()} == {
+            30000: [f"http://{fleet.here}:{PORT}"],
+            30001: [f"http://{fleet.router_address}:{PORT}"],
+        }
+
+        client = openai.OpenAI(
+            base_url=f"{fleet.url}/v1",
+            api_key=gateway.key(DEPLOYMENT),
+            http_client=openai.DefaultHttpxClient(
+                verify=ssl.create_default_context(cafile=fleet.cafile())
+            ),
+            max_retries=0,
+        )
+        assert sorted(m.id for m in client.models.list().data) == [EMBED, "tiny-llama"]
+        vectors = client.embeddings.create(model=EMBED, input=["The quick brown fox"]).data
+        assert len(vectors[0].embedding) == 384
+        done = client.completions.create(
+            model="tiny-llama", prompt="Hello", max_tokens=3, extra_body=EXACT
+        )
+        assert done.usage.completion_tokens == 3
+        with pytest.raises(openai.NotFoundError, match=f"models: {EMBED}, tiny-llama"):
+            client.completions.create(model="no-such-model", prompt="Hello", max_tokens=2)
+        # Prometheus scrapes both routers.
+        deadline = time.monotonic() + 60
+        while len(up := fleet.query('up{job="router"} == 1')) < 2:
+            assert time.monotonic() < deadline, up
+            time.sleep(2)
+
+        # Isolation: embeddings under load while the chat model's only instance dies.
+        failures: list[str] = []
+        sent = 0
+        stop = threading.Event()
+
+        def keep_embedding() -> None:
+            nonlocal sent
+            while not stop.is_set():
+                status, answer = embed(fleet, [f"text {sent}", "another"])
+                sent += 1
+                if status != 200 or len(answer["data"]) != 2:
+                    failures.append(f"{status} {str(answer)[:200]}")
+
+        with ThreadPoolExecutor(2) as pool:
+            running = [pool.submit(keep_embedding) for _ in range(2)]
+            try:
+                chat = f"http://{fleet.router_address}:{PORT}"
+                (victim,) = fleet.containers(ROUTER_HOST)
+                fleet.ssh(f"kill -9 $(docker inspect --format '{{{{.State.Pid}}}}' {victim})")
+                deadline = time.monotonic() + 60
+                while fleet.health(29001).get(chat):
+                    assert time.monotonic() < deadline, "the chat router still counts it healthy"
+                    time.sleep(1)
+                sent_at_loss = sent
+                time.sleep(5)  # embeddings go on while the chat model has no instance
+            finally:
+                stop.set()
+            for future in running:
+                future.result()
+        print(f"embeddings while the chat instance was down: {sent} sent, {failures[:3]}")
+        assert sent > sent_at_loss and not failures
+    finally:
+        fleet.inventory.write_text(plain)
+
+
 def greedy(fleet) -> str:
     """A greedy completion through the gateway: the same text for as long as the model
     and the group that serves it are the same."""
@@ -944,6 +1055,11 @@ def test_a_copy_cut_over_both_hosts_serves_at_its_head_and_heals(fleet):
     print(f"pipeline deploy: {time.monotonic() - started:.0f} s")
     assert run.rc == 0 and run.failed() == 0, run.output[-6000:]
     assert "pipeline parallel 2:" in run.output
+    # One model again: one router, under the plain name (the models' own ones removed).
+    units = fleet.ssh(f"systemctl list-units --all --plain --no-legend '{DEPLOYMENT}-router*'")
+    assert [line.split()[0] for line in units.stdout.splitlines()] == [
+        f"{DEPLOYMENT}-router.service"
+    ], units.stdout
     head = f"http://{fleet.router_address}:{PORT}"
     fleet.wait_router_healthy()
     assert set(fleet.health()) == {head}  # only the head is behind the router
@@ -998,13 +1114,15 @@ def test_absent_removes_the_router_the_monitoring_and_the_firewall(fleet):
     run = fleet.deploy(zenvllm_state="absent")
     assert run.rc == 0 and run.failed() == 0, run.output[-6000:]
     gone = fleet.ssh(
-        f"systemctl cat {DEPLOYMENT}-router.service; dpkg -s prometheus prometheus-node-exporter"
+        f"systemctl cat {DEPLOYMENT}-router.service; ls /etc/systemd/system/{DEPLOYMENT}-router*;"
+        " dpkg -s prometheus prometheus-node-exporter"
         " prometheus-alertmanager;"
         f" nft list table inet {DEPLOYMENT.replace('-', '_')}_firewall; ls /opt/zenvllm/router;"
         " ls /etc/systemd/system/zenvllm-status.* /var/lib/prometheus/node-exporter/zenvllm.prom",
         check=False,
     )
     assert "zenvllm-status" not in gone.stdout and "zenvllm.prom" not in gone.stdout
+    assert f"{DEPLOYMENT}-router" not in gone.stdout, gone.stdout
     assert "vllm-router" not in gone.stdout and "Status: install ok" not in gone.stdout, gone.stdout
     assert not fleet.containers(ROUTER_HOST) and not fleet.containers("here")
     table = f"{DEPLOYMENT}-firewall".replace("-", "_")

@@ -54,6 +54,7 @@ REPO_PACKAGES = (
     "numactl",
     "curl",
     "nginx",
+    "libnginx-mod-http-js",  # the gateway of several models reads each request's model
     "openssl",
     "python3-apt",
     # A routed fleet: the router's venv, the instances' firewall, monitoring.

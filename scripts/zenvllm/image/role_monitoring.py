@@ -93,11 +93,15 @@ VARIABLES = (
         (),
         "",
         TARGETS,
-        role_default="{{ groups['zenvllm_router'] | default([]) | map('extract', hostvars)\n"
-        "   | map(attribute='zenvllm_private_address', default='')\n"
-        "   | select | map('regex_replace', '$', ':29000') | list }}",
+        role_default="{% set models = groups['zenvllm'] | default([]) | map('extract', hostvars)\n"
+        "   | map(attribute='zenvllm_instances_plan', default={})\n"
+        "   | map(attribute='models', default=[]) | flatten\n"
+        "   | map(attribute='served_name') | unique | list | length %}{{\n"
+        "   groups['zenvllm_router'] | default([]) | map('extract', hostvars)\n"
+        "   | map(attribute='zenvllm_private_address', default='') | select\n"
+        "   | product(range(29000, 29000 + [models, 1] | max)) | map('join', ':') | list }}",
         description="address:port of each router's metrics; defaults to the router hosts, port "
-        "29000.",
+        "29000 and, with several models (a router each), the next ports.",
     ),
     own(
         "node_hosts",

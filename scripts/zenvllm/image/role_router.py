@@ -46,36 +46,47 @@ VARIABLES = (
     own(
         "name",
         "",
-        "Names the unit: <deployment>-router.service.",
+        "Names the unit: <deployment>-router.service, and with several models one unit "
+        "per model, <deployment>-router-<model>.service.",
         UNIT,
         role_default="{{ zenvllm_instances_deployment | default('zenvllm') }}-router",
-        description="Unit name without .service; defaults to <deployment>-router.",
+        description="Unit name without .service; defaults to <deployment>-router. With several "
+        "models each model's unit adds -<model>.",
     ),
     own(
         "listen",
         "127.0.0.1:30000",
-        "Where the router listens: loopback, behind the gateway on the same host.",
+        "Where the router listens: loopback, behind the gateway on the same host. With "
+        "several models (one router each, in the order of their names) the next models "
+        "listen on the next ports.",
         UNIT,
-        description="address:port the router listens on (loopback, behind the gateway).",
+        description="address:port the router listens on (loopback, behind the gateway); with "
+        "several models, the first model's, the next ones on the next ports.",
     ),
     own(
         "metrics_listen",
         "",
-        "Where its Prometheus metrics listen (the monitoring host scrapes them).",
+        "Where its Prometheus metrics listen (the monitoring host scrapes them); the next "
+        "models' on the next ports.",
         UNIT,
         role_default="{{ zenvllm_private_address | default('127.0.0.1') }}:29000",
         description="address:port of the router's Prometheus metrics; defaults to the host's "
-        "private address, port 29000.",
+        "private address, port 29000; with several models the next ones on the next ports.",
     ),
     own(
-        "workers",
+        "models",
         (),
-        "Every instance of every host: the URLs the planner gave each host's containers.",
+        "Every model of every host, each with its instances' URLs (served_name, urls): "
+        "the models of each host's plan. One router per served name (vllm-router serves "
+        "one model), in front of every instance of that model; the gateway sends each "
+        "request to the router of the model it names.",
         WORKERS,
         role_default="{{ groups['zenvllm'] | default([]) | map('extract', hostvars)\n"
-        "   | map(attribute='zenvllm_instances_urls', default=[]) | flatten }}",
-        description="Instance URLs; defaults to every instance the planner gave every host of the "
-        "zenvllm group (their zenvllm_instances_urls).",
+        "   | map(attribute='zenvllm_instances_plan', default={})\n"
+        "   | map(attribute='models', default=[]) | flatten }}",
+        description="The fleet's models, each a dict of served_name and urls (its instances); "
+        "defaults to the models of every plan of the zenvllm group. One router per served name.",
+        elements="dict",
     ),
     own(
         "policy",
@@ -206,7 +217,7 @@ ROLE = Role(
     ),
     VARIABLES,
     intro="vLLM's router (PyPI `vllm-router`) in front of every instance of every host in the "
-    "`zenvllm` group, on the host(s) of the `zenvllm_router` group, under systemd. The "
-    "zenvllm gateway (nginx: TLS, client keys, limits) stays the public edge and proxies to "
-    "it on loopback.",
+    "`zenvllm` group, on the host(s) of the `zenvllm_router` group, under systemd: one router "
+    "per model the fleet serves. The zenvllm gateway (nginx: TLS, client keys, limits) stays "
+    "the public edge and proxies to them on loopback, each request to its model's router.",
 )
