@@ -883,19 +883,6 @@ def test_bench_results_land_next_to_the_fleet_metrics(fleet, tmp_path):
     assert found[0]["metric"]["host"] == ROUTER_HOST
 
 
-def test_gateway_health_fails_when_no_instance_is_healthy(fleet):
-    assert fleet.get(f"{fleet.url}/gateway-health")[0] == 200
-    # Stop every instance of the fleet (the teardown removes them anyway).
-    engine.docker("update", "--restart=no", *fleet.containers("here"))
-    engine.docker("stop", *fleet.containers("here"))
-    fleet.ssh(f"systemctl stop '{DEPLOYMENT}-*.service'")
-    deadline = time.monotonic() + 60
-    while fleet.get(f"{fleet.url}/gateway-health")[0] == 200:
-        assert time.monotonic() < deadline, "/gateway-health still 200 with no instance"
-        time.sleep(2)
-    assert fleet.get(f"{fleet.url}/gateway-health")[0] in (502, 503)
-
-
 EMBED = "minilm"  # sorted before "tiny-llama": its router takes the first ports
 
 
@@ -1003,6 +990,19 @@ def test_two_models_on_the_fleet_each_behind_its_own_router(fleet):
         assert sent > sent_at_loss and not failures
     finally:
         fleet.inventory.write_text(plain)
+
+
+def test_gateway_health_fails_when_no_instance_is_healthy(fleet):
+    assert fleet.get(f"{fleet.url}/gateway-health")[0] == 200
+    # Stop every instance of the fleet (the teardown removes them anyway).
+    engine.docker("update", "--restart=no", *fleet.containers("here"))
+    engine.docker("stop", *fleet.containers("here"))
+    fleet.ssh(f"systemctl stop '{DEPLOYMENT}-*.service'")
+    deadline = time.monotonic() + 60
+    while fleet.get(f"{fleet.url}/gateway-health")[0] == 200:
+        assert time.monotonic() < deadline, "/gateway-health still 200 with no instance"
+        time.sleep(2)
+    assert fleet.get(f"{fleet.url}/gateway-health")[0] in (502, 503)
 
 
 def greedy(fleet) -> str:
