@@ -18,9 +18,13 @@ rolling update crosses both hosts: no request may fail. Prometheus must have
 every target up, its rules loaded, and data for every panel of the dashboard under
 every choice of its variables. Each killed instance's alert reaches a webhook
 receiver here through the role's Alertmanager, then resolves. The status playbook shows the
-fleet as one table, with the router's view. Last, the same fleet serves one copy cut over
-both hosts (vLLM's pipeline parallel): the head behind the router, the firewall closed to
-strangers on its store port, and the group healing by itself after a stage is killed.
+fleet as one table, with the router's view. Then each host serves a model of its own
+(the chat model on fleet-a, an embedding model here), each behind a router of its own
+and both behind the one gateway, which routes by model; the chat model's instance
+killed under embedding load fails no embedding. Last, the same fleet serves one copy cut
+over both hosts (vLLM's pipeline parallel): the head behind the router, the firewall
+closed to strangers on its store port, and the group healing by itself after a stage is
+killed.
 """
 
 from __future__ import annotations
