@@ -67,6 +67,13 @@ class Run:
     def failed(self) -> int:
         return sum(h["failed"] + h["unreachable"] for h in self.recap.values())
 
+    def failures(self) -> str:
+        """Each failed task with its message, wherever it is in a long output: for an
+        assertion's message, with the output's end."""
+        tasks = re.split(r"\n(?=TASK \[)", self.output)
+        failed = [t[:3000] for t in tasks if re.search(r"^(fatal|failed): ", t, re.M)]
+        return "\n".join(failed) + "\n...\n" + self.output[-3000:]
+
 
 def env() -> dict[str, str]:
     home = REPO / ".cache" / "ansible"
