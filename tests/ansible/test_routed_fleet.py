@@ -398,7 +398,11 @@ def fleet(tmp_path_factory):
         inventory.write_text(
             yaml.safe_dump(
                 {
-                    "zenvllm": {"hosts": {ROUTER_HOST: remote, "localhost": local}},
+                    "zenvllm": {
+                        "hosts": {ROUTER_HOST: remote, "localhost": local},
+                        # A group variable (not an extra one) that a host can override.
+                        "vars": {"zenvllm_instances_max_model_len": 512},
+                    },
                     "zenvllm_router": {"hosts": {ROUTER_HOST: None}},
                     "zenvllm_monitoring": {"hosts": {ROUTER_HOST: None}},
                 }
@@ -412,7 +416,6 @@ def fleet(tmp_path_factory):
             "zenvllm_instances_deployment": DEPLOYMENT,
             "zenvllm_instances_count": 1,
             "zenvllm_instances_kv_cache_gib": 1,
-            "zenvllm_instances_max_model_len": 512,
             "zenvllm_instances_base_port": PORT,
             "zenvllm_instances_serve_args": ["--enforce-eager"],
             "zenvllm_planner": str(planner),
@@ -917,6 +920,7 @@ def test_two_models_on_the_fleet_each_behind_its_own_router(fleet):
         "zenvllm_models": [f"{EMBED}={models / EMBED}"],
         "zenvllm_model_sources": {EMBED: str(ensure_embedding_model())},
         "zenvllm_instances_model_src": "",  # the play's model_src is fleet-a's
+        "zenvllm_instances_max_model_len": 0,  # the encoder's own (256)
     }
     fleet.inventory.write_text(yaml.safe_dump(inventory))
     try:

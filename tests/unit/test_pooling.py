@@ -11,6 +11,7 @@ import pytest
 from test_model import write_safetensors
 
 from zenvllm.core import plan_doc
+from zenvllm.core.errors import PlanError, UserError
 from zenvllm.core.flavors import synthetic_host
 from zenvllm.core.model import GENERATE, POOLING, Model, read_model, runner_of
 from zenvllm.core.plan import Policy, make_plan
@@ -62,6 +63,46 @@ def test_an_encoder_is_read_without_a_kv_cache(tmp_path):
     model = read_model(encoder_dir(tmp_path, BERT, ST_MODULES))
     assert model.runner == POOLING and model.kv_bytes_per_token is None
     assert model.weight_bytes == 90 << 20 and model.max_model_len == 512
+
+
+@pytest.mark.parametrize(
+    ("config", "sentence", "limit", "source"),
+    [
+        (BERT, {"max_seq_length": 256}, 256, "sentence_bert_config.json: max_seq_length"),
+        (BERT, None, 512, "config.json's max_position_embeddings"),
+        (BERT | {"max_position_embeddings": 128}, {"max_seq_length": 256}, 128, "config.json"),
+        # A rope scaling stretches the positions by vLLM's own arithmetic: not checked here.
+        (BERT | {"rope_scaling": {"type": "yarn", "factor": 4.0}}, None, None, ""),
+    ],
+)
+def test_the_longest_context_is_what_vllm_holds_the_model_to(
+    tmp_path, config, sentence, limit, source
+):
+    path = encoder_dir(tmp_path, config, ST_MODULES)
+    if sentence is not None:
+        (path / "sentence_bert_config.json").write_text(json.dumps(sentence))
+    model = read_model(path)
+    assert model.context_limit == limit and model.context_source.startswith(source)
+    host = synthetic_host("vcpus=8,ram_gib=32,numa=1,smt=1,cpu=genoa")
+    if limit is None:
+        assert make_plan(host, model, Policy(max_model_len=1 << 16)).max_model_len == 1 << 16
+        return
+    assert make_plan(host, model, Policy(max_model_len=limit)).max_model_len == limit
+    # One token more: refused with the numbers (vLLM refused it at every start, the
+    # container restarting until the deploy gave up).
+    with pytest.raises(PlanError) as refused:
+        make_plan(host, model, Policy(max_model_len=limit + 1))
+    message = str(refused.value)
+    assert f"max_model_len {limit + 1} is over the {limit} tokens" in message
+    assert source in message and f"give {limit} or less, or 0" in message
+
+
+def test_a_foreign_sentence_transformers_config_is_refused_by_name(tmp_path):
+    path = encoder_dir(tmp_path, BERT, ST_MODULES)
+    for text in ("[256]", '{"max_seq_length": "long"}', "{not json"):
+        (path / "sentence_bert_config.json").write_text(text)
+        with pytest.raises(UserError, match=r"sentence_bert_config\.json"):
+            read_model(path)
 
 
 def test_a_foreign_modules_file_is_refused_by_name(tmp_path):

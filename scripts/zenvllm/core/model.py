@@ -42,6 +42,9 @@ class Model:
     file_bytes: int | None = None  # bytes of the weight files (None: weight_bytes, as stored)
     runner: str = GENERATE  # vLLM's --runner: GENERATE, or POOLING (no decode, no KV cache)
     runner_why: str = ""  # what in config.json (and modules.json) decided it
+    # The longest context vLLM serves it at, and what says so (None: not known here).
+    context_limit: int | None = None
+    context_source: str = ""
 
     @property
     def weight_gib(self) -> float:
@@ -49,6 +52,7 @@ class Model:
 
 
 CONFIG_FIX = "fix the model's config.json (it must match the weights)"
+SENTENCE_FIX = "fix the model's sentence_bert_config.json (sentence-transformers')"
 WEIGHTS_FIX = "download or convert it again"
 MAX_MODEL_GIB = 1 << 20  # 1 PiB: beyond any host's memory
 
@@ -231,6 +235,23 @@ def runner_of(config: dict[str, Any], modules: Any) -> tuple[str, str]:
     return GENERATE, f"{shown}: not a pooling architecture vLLM names"
 
 
+def context_limit(
+    config: dict[str, Any], sentence: dict[str, Any] | None
+) -> tuple[int | None, str]:
+    """The longest context vLLM serves the model at, and what says so: the positions it
+    has, and a sentence-transformers model's max_seq_length, which vLLM holds a pooling
+    model to. None when a rope scaling stretches the positions (vLLM's own arithmetic)."""
+    limits = []
+    positions = config_int(config, "max_position_embeddings")
+    if positions and not config.get("rope_scaling"):
+        limits.append((positions, "config.json's max_position_embeddings"))
+    longest = (sentence or {}).get("max_seq_length")
+    if longest is not None:
+        where = "sentence_bert_config.json: max_seq_length"
+        limits.append((gate.whole(longest, where, 1, MAX_CONFIG_INT, SENTENCE_FIX), where))
+    return min(limits) if limits else (None, "")
+
+
 def read_model(path: Path) -> Model:
     """Size a local model directory as stored (core/dtype.py sizes it as served)."""
     config_file = path / "config.json"
@@ -249,6 +270,10 @@ def read_model(path: Path) -> Model:
         modules_file, gate.DOCUMENT, "fix the model's modules.json (sentence-transformers')", True
     )
     runner, runner_why = runner_of(config, modules)
+    sentence_file = path / "sentence_bert_config.json"  # sentence-transformers' limits
+    sentence = gate.read_json(sentence_file, gate.DOCUMENT, SENTENCE_FIX, True)
+    if sentence is not None:
+        sentence = gate.obj(sentence, f"--model {path}: {sentence_file.name}", SENTENCE_FIX)
     sizes = [safetensors_bytes(f) for f in shards(path)]  # (all bytes, floating) per shard
     given = config.get("torch_dtype") or config.get("dtype")
     dtype = ALIASES.get(given, given) if isinstance(given, str) else None
@@ -256,6 +281,7 @@ def read_model(path: Path) -> Model:
     try:
         kv = kv_bytes_per_token(config, DTYPE_BYTES[dtype])
         max_len = config_int(config, "max_position_embeddings")
+        limit, limit_source = context_limit(config, sentence)
         quantization = read_quantization(config, "config.json")
     except UserError as err:
         raise UserError(f"--model {path}: {err}") from None
@@ -269,4 +295,6 @@ def read_model(path: Path) -> Model:
         float_bytes=sum(floating for _, floating in sizes),
         runner=runner,
         runner_why=runner_why,
+        context_limit=limit,
+        context_source=limit_source,
     )

@@ -327,6 +327,12 @@ def make_plan(host: Host, model: Model, policy: Policy | None = None) -> Plan:
     """Count, size and place the instances; every step's reasons in warnings and notes."""
     policy = policy or Policy()
     inactive = check_policy(host, policy)
+    asked, limit = policy.max_model_len, model.context_limit
+    if asked and limit and asked > limit:  # vLLM would refuse it at every start
+        raise PlanError(
+            f"max_model_len {asked} is over the {limit} tokens {model.name} takes "
+            f"({model.context_source}): give {limit} or less, or 0 for the model's own"
+        )
     quantization.check(model.quantization, host, model.name)
     served = serving_dtype(host, policy.dtype)
     stored, model = model, served_model(model, served.dtype)
