@@ -76,6 +76,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(tier.get(item.path.stem, FIRST)))
 
 
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Each worker's busy time (its tests' setup, call and teardown): the longer one is
+    the tier's, so WORKERS is balanced from these."""
+    busy: dict[str, float] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            worker = getattr(report, "nodeid", "").rpartition("@")[2]
+            if worker in (FIRST, SECOND) and hasattr(report, "duration"):
+                busy[worker] = busy.get(worker, 0.0) + report.duration
+    if busy:
+        shown = ", ".join(f"{w} {s / 60:.1f} min" for w, s in sorted(busy.items()))
+        terminalreporter.write_line(f"busy per worker: {shown}")
+
+
 def require(condition: bool, reason: str) -> None:
     """Skip a test whose prerequisite is missing, except in CI where that is a failure."""
     if condition:
