@@ -978,6 +978,7 @@ def test_two_models_on_the_fleet_each_behind_its_own_router(fleet):
                 sent += 1
                 if status != 200 or len(answer["data"]) != 2:
                     failures.append(f"{status} {str(answer)[:200]}")
+                time.sleep(0.2)  # under the key's rate limit (20 r/s)
 
         with ThreadPoolExecutor(2) as pool:
             running = [pool.submit(keep_embedding) for _ in range(2)]
