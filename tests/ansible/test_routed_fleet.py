@@ -925,7 +925,8 @@ def test_two_models_on_the_fleet_each_behind_its_own_router(fleet):
     fleet.inventory.write_text(yaml.safe_dump(inventory))
     try:
         started = time.monotonic()
-        run = fleet.deploy()
+        # What the hosts run (fleet-a's instance stays as it is), both hosts at once.
+        run = fleet.deploy(**{k: v for k, v in fleet.applied.items() if k != "zenvllm_serial"})
         print(f"two-model deploy: {time.monotonic() - started:.0f} s")
         assert run.rc == 0 and run.failed() == 0, run.failures()
         units = fleet.ssh(f"systemctl list-units --plain --no-legend '{DEPLOYMENT}-router*'")
