@@ -90,7 +90,8 @@ class Request:
     )
     max_model_len: int = option(
         0,
-        "The context length vLLM serves (0 = the model's own).",
+        "The context length vLLM serves (0 = the model's own); more than the model takes "
+        "(its positions, an encoder's max_seq_length) is refused.",
         MODEL,
         flag="--max-model-len",
         low=0,
