@@ -78,7 +78,10 @@ def hosts(log: Path) -> str:
 def peer(log: Path) -> str:
     with idle_build_steps(engine_env()["DOCKER_HOST"]) as how:
         print(f"prebuild: the llama.cpp peer, {how}", flush=True)
-        return build("llamacpp", log)[0]
+        # At idle priority beside a busy tier it may outlast build()'s 30 min; cut, it
+        # started over in the bench tier (a fresh run on 2026-11-26: timed out after
+        # 30 min, then built again there). The bench tier waits for it instead.
+        return build("llamacpp", log, timeout=3600)[0]
 
 
 JOBS = {"hosts": hosts, "peer": peer}
