@@ -961,6 +961,20 @@ def test_two_models_on_the_fleet_each_behind_its_own_router(fleet):
         assert done.usage.completion_tokens == 3
         with pytest.raises(openai.NotFoundError, match=f"models: {EMBED}, tiny-llama"):
             client.completions.create(model="no-such-model", prompt="Hello", max_tokens=2)
+        # The status playbook asks each model's router about its instances.
+        status = playbook(
+            "-i",
+            str(fleet.inventory),
+            extra_vars=fleet.variables,
+            playbook_file="playbooks/status.yml",
+            cpus=fleet.here_cpus,
+        )
+        routed = {}
+        for line in status.output.splitlines():
+            cells = line.strip().removeprefix("- ").strip("'\",").split()  # a YAML list item
+            if len(cells) == 11 and cells[1] == f"{DEPLOYMENT}-0":
+                routed[cells[0]] = cells[7]  # the router column
+        assert routed == {ROUTER_HOST: "healthy", "localhost": "healthy"}, status.output[-4000:]
         # Prometheus scrapes both routers.
         deadline = time.monotonic() + 60
         while len(up := fleet.query('up{job="router"} == 1')) < 2:
