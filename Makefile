@@ -156,12 +156,17 @@ test-serve: venv engine base-image tiny-model
 	$(PYTEST) -q -n 2 --dist loadgroup --durations=10 tests/serve
 
 # The nspawn hosts need systemd-nspawn and debootstrap; the model's delivery, rsync (the
-# controller's side) and nginx (the mirror it fetches from). All Debian packages.
+# controller's side) and nginx (the mirror it fetches from). All Debian packages. To the
+# gateway role this nginx is the operator's (no record of zenvllm's), so it adds no module
+# to it: the njs module that several models behind one endpoint need comes with it here,
+# as an operator installs it (the reliability tier's gateway serves several models).
 ansible-tools:
 	@command -v systemd-nspawn >/dev/null && command -v debootstrap >/dev/null && \
-	  command -v rsync >/dev/null && command -v nginx >/dev/null || \
+	  command -v rsync >/dev/null && command -v nginx >/dev/null && \
+	  dpkg-query -W -f='$${Status}' libnginx-mod-http-js 2>/dev/null | grep -q 'ok installed' || \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	    --no-install-recommends systemd-container debootstrap rsync nginx >/dev/null; }
+	    --no-install-recommends systemd-container debootstrap rsync nginx \
+	    libnginx-mod-http-js >/dev/null; }
 
 # Two workers; each module runs whole in the one WORKERS (tests/conftest.py) names.
 test-ansible: venv planner engine ansible-tools
@@ -240,7 +245,7 @@ test-prebuild-peer: venv engine base-image
 test-bench: venv planner engine
 	$(PYTEST) -q --durations=10 tests/bench
 
-test-reliability: venv planner engine
+test-reliability: venv planner engine ansible-tools
 	$(PYTEST) -q tests/reliability
 
 # Every tier, named and timed, then a summary; CI=true turns any missing prerequisite
