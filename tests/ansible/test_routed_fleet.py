@@ -171,6 +171,36 @@ class Fleet:
             cpus=self.here_cpus,
         )
 
+    def openai_client(self):
+        """The official OpenAI client, through the gateway with its key and CA."""
+        import openai
+
+        return openai.OpenAI(
+            base_url=f"{self.url}/v1",
+            api_key=gateway.key(DEPLOYMENT),
+            http_client=openai.DefaultHttpxClient(
+                verify=ssl.create_default_context(cafile=self.cafile())
+            ),
+            max_retries=0,
+        )
+
+    def status(self):
+        """The status playbook's run, and its table's row of each host's instance (the
+        cells of a line of the printed YAML list)."""
+        run = playbook(
+            "-i",
+            str(self.inventory),
+            extra_vars=self.variables,
+            playbook_file="playbooks/status.yml",
+            cpus=self.here_cpus,
+        )
+        rows = {}
+        for line in run.output.splitlines():
+            cells = line.strip().removeprefix("- ").strip("'\",").split()
+            if len(cells) == 11 and cells[1] == f"{DEPLOYMENT}-0":
+                rows[cells[0]] = cells
+        return run, rows
+
     def headers(self) -> dict:
         return {"Authorization": f"Bearer {gateway.key(DEPLOYMENT)}"}
 
@@ -519,14 +549,7 @@ def test_only_the_router_reaches_the_instances(fleet):
 def test_the_openai_client_through_the_router(fleet):
     import openai
 
-    client = openai.OpenAI(
-        base_url=f"{fleet.url}/v1",
-        api_key=gateway.key(DEPLOYMENT),
-        http_client=openai.DefaultHttpxClient(
-            verify=ssl.create_default_context(cafile=fleet.cafile())
-        ),
-        max_retries=0,
-    )
+    client = fleet.openai_client()
     assert [m.id for m in client.models.list().data] == ["tiny-llama"]
     done = client.completions.create(
         model="tiny-llama", prompt="Hello", max_tokens=5, extra_body=EXACT
@@ -777,19 +800,8 @@ def test_the_status_playbook_shows_the_fleet_with_the_routers_view(fleet):
     """One table of both hosts' instances, as their own `zenvllm status` sees them and
     as the router does; the run fails naming fleet-a's unconfined instance."""
     fleet.wait_router_healthy()
-    run = playbook(
-        "-i",
-        str(fleet.inventory),
-        extra_vars=fleet.variables,
-        playbook_file="playbooks/status.yml",
-        cpus=fleet.here_cpus,
-    )
+    run, rows = fleet.status()
     assert run.rc != 0 and run.changed() == 0, run.output[-4000:]
-    rows = {}
-    for line in run.output.splitlines():
-        cells = line.strip().removeprefix("- ").strip("'\",").split()  # a YAML list item
-        if len(cells) == 11 and cells[1] == f"{DEPLOYMENT}-0":
-            rows[cells[0]] = cells
     here_cpus = format_cpu_list(int(c) for c in fleet.here_cpus.split(","))
     assert set(rows) == {ROUTER_HOST, "localhost"}, run.output[-4000:]
     # host name cpus node backend placement health router (run wait tok/s: numbers)
@@ -944,14 +956,7 @@ def test_two_models_on_the_fleet_each_behind_its_own_router(fleet):
             30001: [f"http://{fleet.router_address}:{PORT}"],
         }
 
-        client = openai.OpenAI(
-            base_url=f"{fleet.url}/v1",
-            api_key=gateway.key(DEPLOYMENT),
-            http_client=openai.DefaultHttpxClient(
-                verify=ssl.create_default_context(cafile=fleet.cafile())
-            ),
-            max_retries=0,
-        )
+        client = fleet.openai_client()
         assert sorted(m.id for m in client.models.list().data) == [EMBED, "tiny-llama"]
         vectors = client.embeddings.create(model=EMBED, input=["The quick brown fox"]).data
         assert len(vectors[0].embedding) == 384
@@ -962,18 +967,8 @@ def test_two_models_on_the_fleet_each_behind_its_own_router(fleet):
         with pytest.raises(openai.NotFoundError, match=f"models: {EMBED}, tiny-llama"):
             client.completions.create(model="no-such-model", prompt="Hello", max_tokens=2)
         # The status playbook asks each model's router about its instances.
-        status = playbook(
-            "-i",
-            str(fleet.inventory),
-            extra_vars=fleet.variables,
-            playbook_file="playbooks/status.yml",
-            cpus=fleet.here_cpus,
-        )
-        routed = {}
-        for line in status.output.splitlines():
-            cells = line.strip().removeprefix("- ").strip("'\",").split()  # a YAML list item
-            if len(cells) == 11 and cells[1] == f"{DEPLOYMENT}-0":
-                routed[cells[0]] = cells[7]  # the router column
+        status, rows = fleet.status()
+        routed = {host: cells[7] for host, cells in rows.items()}  # the router column
         assert routed == {ROUTER_HOST: "healthy", "localhost": "healthy"}, status.output[-4000:]
         # Prometheus scrapes both routers.
         deadline = time.monotonic() + 60
