@@ -76,12 +76,12 @@ def direct(fleet: Fleet, body: dict) -> dict:
 
 
 @pytest.fixture(scope="module")
-def pooled(tmp_path_factory):
+def fleet(tmp_path_factory) -> Fleet:
     playbook = Path(sys.executable).parent / "ansible-playbook"
     require(playbook.exists(), f"{playbook} missing (make venv)")
     ensure_image()
     root = tmp_path_factory.mktemp("pooled")
-    fleet = Fleet(
+    return Fleet(
         root=root,
         model_dir=ensure_embedding_model(),
         base_port=8331,
@@ -101,8 +101,31 @@ def pooled(tmp_path_factory):
             "zenvllm_instances_max_model_len": 0,  # each model's own (the encoder's 256)
         },
     )
+
+
+@pytest.fixture(scope="module")
+def checked(fleet):
+    """deploy.yml --check before the deploy, where neither model's directory is on the
+    host yet: the planner plans from copies staged for the run. (The run's output, the
+    test's own files afterwards.)"""
+    done = fleet.playbook("--check")
+    return done, sorted(p.name for p in fleet.root.iterdir())
+
+
+@pytest.fixture(scope="module")
+def pooled(fleet, checked):
     with deploy_then_remove(fleet, REPO / ".cache" / "reliability-pooled-deploy.log") as done:
         yield fleet, done.stdout
+
+
+def test_check_mode_plans_both_models_on_a_host_without_them_and_changes_nothing(fleet, checked):
+    done, left = checked
+    assert done.returncode == 0, done.stdout[-4000:]
+    # The plan: an instance of each model (render.yml's loop names them, as it would write).
+    for name in fleet.names(2):
+        assert f"(item={name})" in done.stdout, done.stdout[-4000:]
+    assert left == ["vars.json", "zenvllm.pyz"]  # the test's own: no model, config or lib
+    assert fleet.containers(2) == [] and not fleet.site.exists()
 
 
 def cpuset(name: str) -> set[int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -85,6 +86,29 @@ def test_a_target_builds_from_the_same_context_path_every_time(tmp_path):
         assert second == first == tmp_path / "contexts" / "zen"
     with build.context_dir(tmp_path, "vllm-openai") as other:
         assert other != first
+
+
+def test_builds_of_one_target_with_other_builders_do_not_take_turns(tmp_path):
+    """The image tier builds vllm-openai with BuildKit, the legacy builder and podman at
+    once: one context each, so none waits for another's whole build."""
+    engines = [
+        build.Engine("docker", "docker", True),
+        build.Engine("docker", "docker", False),
+        build.Engine("podman", "podman", True),
+    ]
+    names = [build.context_name("vllm-openai", e) for e in engines]
+    assert names == ["vllm-openai", "vllm-openai.legacy", "vllm-openai.podman"]
+    held = threading.Event()
+
+    def hold_the_others() -> None:
+        with build.context_dir(tmp_path, names[1]), build.context_dir(tmp_path, names[2]):
+            held.set()
+
+    with build.context_dir(tmp_path, names[0]):
+        other = threading.Thread(target=hold_the_others)
+        other.start()
+        assert held.wait(10), "a build with another builder waited for this one"
+    other.join()
 
 
 def test_an_unwritable_context_cache_names_the_way_out(tmp_path):

@@ -150,3 +150,47 @@ def test_one_model_whose_path_holds_an_equals_sign_is_that_path(tmp_path):
     done = zenvllm("plan", "--json", "--root", root, "--model", str(odd))
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["model"]["name"] == "qwen=0.5b"
+
+
+def test_check_mode_plans_each_model_from_the_copy_staged_for_it(tmp_path):
+    """The instances role in check mode, on a host without the models yet: each is read
+    from the copy staged for it (--read-model DIR=STAGED) and planned as at DIR."""
+    from test_cli_plan import zenvllm
+    from test_pooling import BERT, ST_MODULES, encoder_dir
+
+    staged = tmp_path / "zenvllm-plan.x"
+    (staged / "model-1").mkdir(parents=True)
+    encoder_dir(staged / "model-1", BERT, ST_MODULES)
+    ensure_tiny_model(staged / "model-0")
+    chat, embed = "/srv/absent/qwen", "/srv/absent/minilm=v2"  # "=" in a DIR is its own
+    root = str(Path(__file__).parents[1] / "fixtures" / "hosts" / "epyc-9354-2s-smt")
+    models = ["plan", "--json", "--root", root, "--model", f"chat={chat}"]
+    models += ["--model", f"embed={embed}"]
+    refused = zenvllm(*models)
+    assert refused.returncode == 2 and f"--model {chat}: no config.json there" in refused.stderr
+
+    staging = [f"--read-model={chat}={staged}/model-0", f"--read-model={embed}={staged}/model-1"]
+    done = zenvllm(*models, *staging)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    got = [(m["served_name"], m["name"], m["runner"]) for m in doc["models"]]
+    assert got == [("chat", "qwen", "generate"), ("embed", "minilm=v2", "pooling")]
+    volumes = {a for i in doc["instances"] for a in i["container"]["run_args"] if "--volume=" in a}
+    assert {f"--volume={d}:/model:ro" for d in (chat, embed)} <= volumes, volumes
+    assert str(staged) not in done.stdout  # the copy is only read
+
+
+@pytest.mark.parametrize(
+    ("read", "says"),
+    [
+        ("/srv/absent/qwen", "is not DIR=STAGED"),
+        ("/srv/other=/tmp/x", "--read-model /srv/other=...: no model of the request is in"),
+    ],
+)
+def test_a_staged_copy_for_no_model_of_the_request_is_refused(read, says):
+    from test_cli_plan import zenvllm
+
+    root = str(Path(__file__).parents[1] / "fixtures" / "hosts" / "epyc-9354-2s-smt")
+    done = zenvllm("plan", "--root", root, "--model", "/srv/absent/qwen", "--read-model", read)
+    assert done.returncode == 2, done.stdout
+    assert says in done.stderr and "Traceback" not in done.stderr, done.stderr

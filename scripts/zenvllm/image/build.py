@@ -201,9 +201,19 @@ def run_build(argv: list[str], env: dict[str, str], log: Path | None = None) -> 
         raise UserError(failure_message(status, lines, log))
 
 
+def context_name(target: str, engine: Engine) -> str:
+    """The name of the target's context directory for this builder. Builds of one context
+    take turns (the engine reads it while it builds: podman at every COPY), so each builder
+    has its own and builds of one target with different builders run side by side;
+    BuildKit's keeps the target's name."""
+    if engine.kind == "docker" and engine.buildkit:
+        return target
+    return f"{target}.{'podman' if engine.kind == 'podman' else 'legacy'}"
+
+
 @contextmanager
-def context_dir(cache: Path, target: str) -> Iterator[Path]:
-    """The target's build context directory, held under a lock while in use.
+def context_dir(cache: Path, name: str) -> Iterator[Path]:
+    """The build context directory `name` (context_name), held under a lock while in use.
 
     The path stays the same from build to build because BuildKit keys its copy
     of a local context by the directory's path: a fresh temp dir per build made
@@ -211,17 +221,17 @@ def context_dir(cache: Path, target: str) -> Iterator[Path]:
     tens of GB after a day of builds. Under a stable path it sends only what
     changed.
     """
-    path = cache / "contexts" / target
+    path = cache / "contexts" / name
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        lock = (path.parent / f"{target}.lock").open("w")
+        lock = (path.parent / f"{name}.lock").open("w")
     except OSError as err:
         raise UserError(
             f"cannot write build contexts under {path.parent}: {err.strerror}; "
             "set ZENVLLM_CACHE to a directory you can write"
         ) from err
     with lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # two builds of one target take turns
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two builds of one context take turns
         yield path
 
 

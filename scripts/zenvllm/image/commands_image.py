@@ -112,7 +112,8 @@ def run_build(args: argparse.Namespace) -> int:
     )
     previous = build.image_id(engine, tag)
     start = time.monotonic()
-    with build.context_dir(baseimage.cache_dir(), context.target) as ctx:
+    name = build.context_name(context.target, engine)
+    with build.context_dir(baseimage.cache_dir(), name) as ctx:
         render.write_context(context, ctx, "the build context")
         image = build.build_context(
             engine, ctx, tag, args.network, base, _path(args.log), args.no_cache

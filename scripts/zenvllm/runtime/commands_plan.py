@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -87,8 +87,12 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--read-model",
-        metavar="DIR",
-        help="read the model from DIR instead of model_dir (a staged copy, in check mode)",
+        action="append",
+        default=[],
+        type=staged_arg,
+        metavar="DIR=STAGED",
+        help="read the model whose directory is DIR from STAGED (a copy staged in check "
+        "mode, where DIR is not on the host yet); once per model",
     )
     parser.add_argument(
         "--calibration",
@@ -109,6 +113,14 @@ def share_arg(text: str) -> str:
     if model_list.share(text) is None:
         raise argparse.ArgumentTypeError(f"{text!r} is not {model_list.SHARE}")
     return text
+
+
+def staged_arg(text: str) -> tuple[str, str]:
+    """DIR=STAGED, split at the last "=" (a staged copy's path has none), DIR absolute."""
+    where, eq, staged = text.rpartition("=")
+    if not (eq and where and staged):
+        raise argparse.ArgumentTypeError(f"{text!r} is not DIR=STAGED")
+    return str(Path(where).absolute()), staged
 
 
 def models_asked(args: argparse.Namespace) -> list[tuple[str, str]]:
@@ -152,11 +164,28 @@ def host_from(asked: Request) -> Host:
     return synthetic_host(asked.flavor) if asked.flavor else read_host(Path(asked.sysfs_root))
 
 
-def model_from(asked: Request, read_from: str | None = None) -> Model:
+def staged_for(args: argparse.Namespace, dirs: list[str]) -> dict[str, str]:
+    """--read-model's DIR -> STAGED, each DIR one of the request's model directories."""
+    staged = dict(args.read_model)
+    wanted = {str(Path(d).absolute()) for d in dirs}
+    stray = sorted(set(staged) - wanted)
+    if stray:
+        raise UserError(
+            f"--read-model {stray[0]}=...: no model of the request is in {stray[0]} (its "
+            f"models are in {', '.join(sorted(wanted)) or 'no directory'}); give DIR as the "
+            "request names it"
+        )
+    return staged
+
+
+def model_from(asked: Request, staged: Mapping[str, str]) -> Model:
+    """The request's model: of the size given, or read from its directory (or from the
+    copy staged for it in check mode, named as its directory is)."""
     if asked.model_size_gib > 0:
         return model_of_size(asked.model_size_gib)
     if asked.model_dir:
-        return read_model(Path(read_from or asked.model_dir))
+        where = Path(asked.model_dir).absolute()
+        return replace(read_model(Path(staged.get(str(where), where))), name=where.name)
     return Model(name="unknown", weight_bytes=0)
 
 
@@ -176,7 +205,7 @@ def warned(plan: Plan, ignored: str) -> Plan:
 
 def plan_from(args: argparse.Namespace, asked: Request) -> Plan:
     host = host_from(asked)
-    model = model_from(asked, args.read_model)
+    model = model_from(asked, staged_for(args, [asked.model_dir] if asked.model_dir else []))
     policy, ignored = calibrated(args, asked, host)(asked, model)
     return warned(make_plan(host, model, policy), ignored)
 
@@ -239,7 +268,8 @@ def plans_from(args: argparse.Namespace, asked: Request) -> tuple[Host, list[tup
         )
         for n, d in named
     ]
-    models = [model_from(a) for a in asks]
+    staged = staged_for(args, [d for _, d in named])
+    models = [model_from(a, staged) for a in asks]
     policy_of = calibrated(args, asked, host)
     applied = [policy_of(a, m) for a, m in zip(asks, models, strict=True)]
     plans = plan_models(host, models, chosen, [policy for policy, _ in applied])
