@@ -70,9 +70,12 @@ WORKERS = {
 
 # Cases that leave their module's worker, by a part of their node ID, where one worker
 # would end minutes after the other (its busy time, printed at the end of the tier): the
-# serve tier's pace server (test_serve's third image) beside the model-parallel tests.
+# serve tier's pace server (test_serve's third image) beside the model-parallel tests;
+# the pace image's build and tests beside the package and registry tests, while the
+# legacy builder's and podman's builds run on the first worker.
 MOVED = {
     "serve": {("test_serve", "[pace]"): SECOND},
+    "image": {("test_build", "::test_pace"): SECOND},
 }
 
 

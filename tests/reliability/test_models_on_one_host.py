@@ -124,7 +124,8 @@ def test_check_mode_plans_both_models_on_a_host_without_them_and_changes_nothing
     # The plan: an instance of each model (render.yml's loop names them, as it would write).
     for name in fleet.names(2):
         assert f"(item={name})" in done.stdout, done.stdout[-4000:]
-    assert left == ["vars.json", "zenvllm.pyz"]  # the test's own: no model, config or lib
+    # The test's own (its variables, planner and Ansible's temp): no model, config or lib.
+    assert left == ["ansible-remote-tmp", "vars.json", "zenvllm.pyz"]
     assert fleet.containers(2) == [] and not fleet.site.exists()
 
 
