@@ -330,6 +330,17 @@ def prepare_overlay(
     return root
 
 
+def wait_veth_gone(name: str, timeout: float = 180) -> None:
+    """Wait until the host side of a stopped machine of this name has left (the kernel
+    frees a network namespace after its last process, not at once): booted again within
+    seconds, as by a module run twice in a row, systemd-nspawn failed with "Failed to
+    add new veth interfaces (vb-NAME:host0): File exists" and the test waited out ssh."""
+    link = Path("/sys/class/net") / f"vb-{name}"
+    deadline = time.monotonic() + timeout
+    while link.exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+
+
 def boot(
     name: str,
     root: Path,
@@ -339,6 +350,7 @@ def boot(
     cpus: str = "",
     flags: tuple = (),
 ) -> int:
+    wait_veth_gone(name)
     env = {**os.environ, "SYSTEMD_NSPAWN_UNIFIED_HIERARCHY": "1"}
     with log.open("a") as out:
         proc = subprocess.Popen(
