@@ -331,10 +331,11 @@ def prepare_overlay(
 
 
 def wait_veth_gone(name: str, timeout: float = 180) -> None:
-    """Wait until the host side of a stopped machine of this name has left (the kernel
-    frees a network namespace after its last process, not at once): booted again within
-    seconds, as by a module run twice in a row, systemd-nspawn failed with "Failed to
-    add new veth interfaces (vb-NAME:host0): File exists" and the test waited out ssh."""
+    """Wait until the host side of a stopped machine of this name has left. After a
+    machine that ran containers, it stayed about 2 minutes (its network namespace still
+    held; by what is not known), and a module run again in that time failed with
+    systemd-nspawn's "Failed to add new veth interfaces (vb-NAME:host0): File exists",
+    then waited out ssh."""
     link = Path("/sys/class/net") / f"vb-{name}"
     deadline = time.monotonic() + timeout
     while link.exists() and time.monotonic() < deadline:
