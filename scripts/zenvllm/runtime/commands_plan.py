@@ -24,6 +24,12 @@ from zenvllm.core.topology import format_cpu_list, read_host
 from zenvllm.runtime import calibrate
 
 
+def absolute(path: str) -> str:
+    """A directory as the plan and --read-model name it: absolute, as text (so that a
+    staged copy's DIR and the request's directory compare equal)."""
+    return str(Path(path).absolute())
+
+
 def flag_type(name: str) -> Callable[[str], object]:
     """The argparse type of an option's flag, from its Spec's kind and limits."""
     spec, kind = request.spec_of(name), request.kind(name)
@@ -36,7 +42,7 @@ def flag_type(name: str) -> Callable[[str], object]:
     if kind == "float":
         return real(float(spec.low or 0), spec.high, example=example)
     if spec.path:
-        return lambda text: str(Path(text).absolute())
+        return absolute
     if spec.pattern:
         return arguments.name
     if spec.ip:
@@ -120,7 +126,7 @@ def staged_arg(text: str) -> tuple[str, str]:
     where, eq, staged = text.rpartition("=")
     if not (eq and where and staged):
         raise argparse.ArgumentTypeError(f"{text!r} is not DIR=STAGED")
-    return str(Path(where).absolute()), staged
+    return absolute(where), staged
 
 
 def models_asked(args: argparse.Namespace) -> list[tuple[str, str]]:
@@ -136,7 +142,7 @@ def models_asked(args: argparse.Namespace) -> list[tuple[str, str]]:
             f"--model {bad[0]}: with several models each is NAME=DIR (e.g. --model "
             "chat=/srv/models/qwen --model embed=/srv/models/minilm)"
         )
-    return [(n, str(Path(d).absolute())) for n, _, d in named]
+    return [(n, absolute(d)) for n, _, d in named]
 
 
 def request_from(args: argparse.Namespace) -> Request:
@@ -150,7 +156,7 @@ def request_from(args: argparse.Namespace) -> Request:
         if named:
             given["models"] = tuple(f"{n}={d}" for n, d in named)
         else:
-            given["model_dir"] = str(Path(dirs[0]).absolute())  # a path, "=" and all
+            given["model_dir"] = absolute(dirs[0])  # a path, "=" and all
     if args.share:
         given["shares"] = tuple(args.share)
     asked = request.several_checked(replace(base, **given), "zenvllm plan")
@@ -167,7 +173,7 @@ def host_from(asked: Request) -> Host:
 def staged_for(args: argparse.Namespace, dirs: list[str]) -> dict[str, str]:
     """--read-model's DIR -> STAGED, each DIR one of the request's model directories."""
     staged = dict(args.read_model)
-    wanted = {str(Path(d).absolute()) for d in dirs}
+    wanted = {absolute(d) for d in dirs}
     stray = sorted(set(staged) - wanted)
     if stray:
         raise UserError(
@@ -184,8 +190,8 @@ def model_from(asked: Request, staged: Mapping[str, str]) -> Model:
     if asked.model_size_gib > 0:
         return model_of_size(asked.model_size_gib)
     if asked.model_dir:
-        where = Path(asked.model_dir).absolute()
-        return replace(read_model(Path(staged.get(str(where), where))), name=where.name)
+        where = absolute(asked.model_dir)
+        return replace(read_model(Path(staged.get(where, where))), name=Path(where).name)
     return Model(name="unknown", weight_bytes=0)
 
 
