@@ -494,6 +494,17 @@ def stamp(text: str) -> datetime:
     return datetime.fromisoformat(text.split()[0][:26].rstrip("Z"))
 
 
+def compile_phase(log: str) -> float:
+    """Seconds of vLLM's compile warm-up in a start's log (engine timestamps): where a
+    cold start traces, generates and builds its kernels and a warm one loads them. Read
+    apart from the start's imports and the load of the weights, which a busy neighbour
+    on the same cores stretches alike for both."""
+    lines = log.splitlines()
+    began = next(line for line in lines if "Warming up model for the compilation" in line)
+    done = next(line for line in lines if "Warming up done" in line)
+    return (stamp(done) - stamp(began)).total_seconds()
+
+
 def test_a_new_configuration_rolls_out_one_at_a_time_and_restarts_warm(deployment):
     """vLLM's default compiled mode and a new served name, rolled out: the instances are
     replaced one at a time, each health-gated; each compiles once into its own cache
@@ -521,15 +532,24 @@ def test_a_new_configuration_rolls_out_one_at_a_time_and_restarts_warm(deploymen
         assert len(keys) == 1 and any(keys[0].joinpath("inductor").rglob("*.so")), keys
     # Inductor's precompiled headers too (torch builds them outside its cache dir, so the
     # launcher links that dir in): a warm start must not run g++ on them again.
-    headers = {p: p.stat().st_mtime_ns for p in (base / "compile" / NAMES[0]).rglob("*.gch")}
+    kept = base / "compile" / NAMES[0]
+    headers = {p: p.stat().st_mtime_ns for p in kept.rglob("*.gch")}
     assert headers, "no precompiled header in the kept compile cache"
+    kernels = set(kept.rglob("*.so"))
     engine.docker("restart", NAMES[0])
     engine.wait_for(lambda: healthy(PORTS[0]), 600, f"/health of port {PORTS[0]}", every=0.5)
     warm, warm_log = start_log(NAMES[0])
     assert "compile cache: warm" in warm_log, warm_log[-3000:]
     assert {p: p.stat().st_mtime_ns for p in headers} == headers  # loaded, not rebuilt
-    print(f"\ntime to ready, 2 cores: cold {cold:.1f} s, warm {warm:.1f} s")
-    assert warm < cold, (cold, warm)
+    assert set(kept.rglob("*.so")) == kernels  # no kernel built anew
+    # Ready sooner, judged on the compile warm-up alone: the whole start's time moved with
+    # the other worker's load (seen: cold 73 s, warm 94 s while nspawn hosts deployed).
+    phases = compile_phase(cold_log), compile_phase(warm_log)
+    print(
+        f"\ntime to ready, 2 cores: cold {cold:.1f} s, warm {warm:.1f} s; "
+        f"compile warm-up: cold {phases[0]:.1f} s, warm {phases[1]:.1f} s"
+    )
+    assert phases[1] < phases[0], phases
     assert completion("tiny-v2")["usage"]["completion_tokens"] == 8
 
 
