@@ -246,7 +246,7 @@ test-bench: venv planner engine
 	$(PYTEST) -q --durations=10 tests/bench
 
 test-reliability: venv planner engine ansible-tools
-	$(PYTEST) -q tests/reliability
+	$(PYTEST) -q --durations=10 tests/reliability
 
 # Every tier, named and timed, then a summary; CI=true turns any missing prerequisite
 # into a failure, not a skip. Needs root; ~30 min and ~21 GiB of disk (docs/development.md).
