@@ -54,17 +54,33 @@ def context(target: str, source: str = "wheel", buildkit: bool = False, **kw) ->
     return render.render(render.load_config(), request)
 
 
+@pytest.mark.parametrize("buildkit", (False, True))
 @pytest.mark.parametrize("source", SOURCES)
 @pytest.mark.parametrize("target", TARGETS)
-def test_stage_chain_is_os_build_runtime_then_the_target(target, source):
-    dockerfile = context(target, source).files["Dockerfile"]
+def test_stage_chain_is_os_build_runtime_then_the_target(target, source, buildkit):
+    """A build stage, whose venv the runtime copies, except where the builder can mount and
+    vLLM comes from wheels: there the runtime stage installs in place (one write)."""
+    dockerfile = context(target, source, buildkit).files["Dockerfile"]
+    in_place = buildkit and source == "wheel"
+    build = [] if in_place else [("build", "os")]
     assert stages(dockerfile) == [
         ("os", "${BASE_IMAGE}"),
-        ("build", "os"),
+        *build,
         ("runtime", "os"),
         (target, "runtime"),
     ]
     assert ("ARG", "BASE_IMAGE=zenvllm/debian:bookworm") in instructions(dockerfile)
+    runtime = dockerfile.split("AS runtime\n", 1)[1].split("\nFROM ", 1)[0]
+    assert ("COPY --from=build /opt/venv /opt/venv" in runtime) is not in_place
+    if in_place:
+        # uv on a tmpfs, the wheels and constraints mounted: no layer keeps them, and the
+        # mount points the builder leaves are removed.
+        words = instructions(runtime)
+        assert not [a for w, a in words if w == "COPY"]
+        install = next(a for w, a in words if w == "RUN" and "uv pip install" in a)
+        assert install.startswith("--mount=type=tmpfs,target=/opt/uv ")
+        assert "--mount=type=bind,source=wheelhouse,target=/tmp/wheelhouse" in install
+        assert "rm -df /opt/uv /tmp/wheelhouse /tmp/zenvllm" in runtime
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -231,11 +231,11 @@ def template_vars(
         "source": resolved.source,
         "pins": resolved.pins,
         "buildkit": request.buildkit,
-        # BuildKit and podman mount the installer and the wheelhouse into the runtime stage,
-        # which installs the venv in place: its gigabytes written once, not in the build
-        # stage and again by a copy (the image tier is bound by the disk on a fresh
-        # machine). The legacy builder cannot mount, and a source build needs the build
-        # stage's compilers: both install in the build stage and copy the venv over.
+        # With BuildKit and podman the runtime stage installs the venv in place (uv on a
+        # tmpfs, the wheelhouse mounted): its gigabytes written once, not in a build stage
+        # and again by a copy (a fresh machine's image tier waits on the disk). The legacy
+        # builder cannot mount, and a source build needs the build stage's compilers:
+        # both install in the build stage and copy the venv over.
         "install_in_runtime": request.buildkit and resolved.source == "wheel",
         "base_image": request.base_image or d["base_image"],
         "venv": d["venv"],
