@@ -38,6 +38,16 @@ def test_buildkit_failure_names_the_step_and_the_error():
     assert "--pin NAME=VERSION" in message and "No image was tagged" in message
 
 
+def test_a_step_with_mounts_is_named_by_its_command():
+    """An install in place mounts five things before its command: the message keeps the
+    command (its first 300 characters would otherwise be mounts)."""
+    mounts = " ".join(f"--mount=type=bind,source=s{i},target=/tmp/t{i}" for i in range(8))
+    lines = [line.replace("[build 1/5] RUN ", f"[runtime 2/5] RUN {mounts} ") for line in BUILDKIT]
+    message = failure_message(1, lines, None)
+    assert "failed at step [runtime 2/5] RUN python3 -m venv /opt/uv && " in message
+    assert "--mount=" not in message
+
+
 def test_legacy_failure_names_the_step():
     step, said = failed_step(LEGACY)
     assert step == "Step 7/20 : RUN python3 -m venv /opt/uv && /opt/uv/bin/pip install uv==0.13.99"

@@ -172,7 +172,8 @@ def failure_message(returncode: int, lines: list[str], log: Path | None) -> str:
         tail = "".join(lines[-25:])
         return f"the image build failed (exit {returncode}){where}:\n{tail}"
     step, said = found
-    step = re.sub(r"\s+", " ", step)
+    # The step's command, not its --mount options (a BuildKit install's first 300 characters).
+    step = re.sub(r"\s+", " ", re.sub(r"--mount=\S+\s+", "", step))
     cause = "; ".join(x.strip()[:300] for x in said[-2:]) or "no error line; see the log"
     return (
         f"the image build failed at step {step[:300]}: {cause}. Fix that (a pin: "
