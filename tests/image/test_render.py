@@ -57,7 +57,7 @@ def context(target: str, source: str = "wheel", buildkit: bool = False, **kw) ->
 @pytest.mark.parametrize("buildkit", (False, True))
 @pytest.mark.parametrize("source", SOURCES)
 @pytest.mark.parametrize("target", TARGETS)
-def test_stage_chain_is_os_build_runtime_then_the_target(target, source, buildkit):
+def test_stage_chain_has_a_build_stage_where_the_venv_is_copied(target, source, buildkit):
     """A build stage, whose venv the runtime copies, except where the builder can mount and
     vLLM comes from wheels: there the runtime stage installs in place (one write)."""
     dockerfile = context(target, source, buildkit).files["Dockerfile"]
