@@ -24,8 +24,8 @@ TIERS   := fast=2 image=11 serve=10 ansible=31 bench=14 reliability=7
 # Made beside the tiers before the one that needs them (tests/support/prebuild.py): from
 # the end of the image tier, the nspawn hosts' root and the fleet's image archive, which
 # the ansible tier waits for; from the end of the serve tier, whose compiles keep both
-# cores busy (docs/development.md), the llama.cpp peer, built while the ansible tier
-# leaves them idle about half the time.
+# cores busy (docs/development.md), the llama.cpp peer, built in the ansible tier's idle
+# CPU: it adds about 3 minutes there, 6 built on its own (measured, docs/development.md).
 BACKGROUND := prebuild-hosts:image:ansible prebuild-peer:serve:bench
 
 .PHONY: help venv venv-deploy planner package collection reference lint unit test test-fast fuzz engine base-image tiny-model image deploy undeploy \
