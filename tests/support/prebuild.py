@@ -14,11 +14,11 @@ tiers use). The serve and ansible tiers spend much of their time waiting on vLLM
 starts, ssh round trips and health polls (the warm ansible tier alone left 28% of a
 2-core Zen 4 idle; the peer built beside it made that tier 193 s longer, against 361 s
 built on its own: docs/test-runs/2026-11-27-zen4-warm-ansible-tier-cpu-d891906.txt),
-which is what these use. On zenvllm's own engine
-(scripts/engine.sh: never a host's) the peer's build steps run at idle priority among
-the engine's containers: BuildKit runs each RUN step in a cgroup under the engine's
-`buildkit` group, and `cpu.idle` on that group leaves them only the cycles the tests'
-vLLM containers do not want. Undone after the build.
+which is what these use. On zenvllm's own engine (scripts/engine.sh: never a host's) the
+peer's build steps run at idle priority among the engine's containers: BuildKit runs
+each RUN step in a cgroup under the engine's `buildkit` group, and `cpu.idle` on that
+group leaves them only the cycles the tests' vLLM containers do not want. Undone after
+the build.
 
     python tests/support/prebuild.py hosts|peer LOG
 """
