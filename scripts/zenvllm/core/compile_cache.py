@@ -4,10 +4,14 @@ In its default compiled mode vLLM traces the model with Dynamo and has Inductor
 write and build C++ kernels before it serves: about a minute for a 0.5 B model on
 2 cores, paid again at every start unless the artifacts outlive the container.
 A deployment mounts one host directory per instance and key at CONTAINER_DIR;
-the key changes with anything that shapes the compiled code (image, cpus, memory
-node, serve arguments, env), so a changed instance starts from an empty directory
-instead of a stale one, and vLLM and Inductor key their own entries inside it
-(model config, code, graph, ISA). Pure; standard library only.
+the key changes with anything that shapes the compiled code (image, serve arguments,
+env) and with the placement (cpus, memory node), so a changed instance starts from an
+empty directory instead of a stale one, and vLLM and Inductor key their own entries
+inside it (model config, code, graph, ISA). The placement is the one part the code does
+not depend on: vLLM 0.32 compiles with Inductor's cpp.dynamic_threads, and a directory
+one core compiled loads warm on another core and on two (measured:
+docs/test-runs/2026-11-27-zen4-compile-cache-across-placements.txt), so a rollout of
+several instances of one shape compiles once per instance. Pure; standard library only.
 """
 
 from __future__ import annotations
