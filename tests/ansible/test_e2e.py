@@ -507,9 +507,10 @@ def compile_phase(log: str) -> float:
 
 def test_a_new_configuration_rolls_out_one_at_a_time_and_restarts_warm(deployment):
     """vLLM's default compiled mode and a new served name, rolled out: the instances are
-    replaced one at a time, each health-gated; each compiles once into its own cache
-    directory (a new key: the serve arguments changed), then a restart of the container
-    loads what it compiled and is ready sooner. (One rollout for both claims: each cold
+    replaced one at a time, each health-gated; the first compiles into its own cache
+    directory (a new key: the serve arguments changed), the second, of the same shape on
+    other cores, starts warm from a copy of it; then a restart of the container loads
+    what it compiled and is ready sooner. (One rollout for these claims: each cold
     compile costs minutes on 2 cores.)"""
     base, variables = deployment
     before = {name: inspect(name)["Id"] for name in NAMES}
@@ -526,10 +527,19 @@ def test_a_new_configuration_rolls_out_one_at_a_time_and_restarts_warm(deploymen
     assert completion("tiny-v2")["usage"]["completion_tokens"] == 8
     cold, cold_log = start_log(NAMES[0])
     assert "compile cache: cold" in cold_log, cold_log[-3000:]
-    # One directory per instance, of the current key only: the eager key's was pruned.
+    _, second_log = start_log(NAMES[1])
+    assert "compile cache: warm" in second_log, second_log[-3000:]
+    seeded = [t.split(" : ")[-1] for t in changed_tasks(run.output) if "compile cache of" in t]
+    assert seeded == [f"Start the compile cache of {NAMES[1]} from a sibling's"], seeded
+    # One directory per instance, of the current key only (the eager key's was pruned),
+    # the same key for both, and the second's kernels the first's.
+    keys = {name: list((base / "compile" / name).iterdir()) for name in NAMES}
     for name in NAMES:
-        keys = list((base / "compile" / name).iterdir())
-        assert len(keys) == 1 and any(keys[0].joinpath("inductor").rglob("*.so")), keys
+        assert len(keys[name]) == 1 and any(keys[name][0].joinpath("inductor").rglob("*.so"))
+    first, second = (keys[name][0] for name in NAMES)
+    assert first.name == second.name and first != second
+    so = {p.relative_to(first) for p in first.rglob("*.so")}
+    assert so == {p.relative_to(second) for p in second.rglob("*.so")}, so
     # Inductor's precompiled headers too (torch builds them outside its cache dir, so the
     # launcher links that dir in): a warm start must not run g++ on them again.
     kept = base / "compile" / NAMES[0]

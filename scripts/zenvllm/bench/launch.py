@@ -92,7 +92,7 @@ def with_cache(argv: list[str], root: str, name: str) -> tuple[list[str], str]:
     """Stock's command with a compile cache of its own (when the bench keeps one; with
     compile_cache.env's VLLM_USE_AOT_COMPILE=0, without which vLLM 0.32 cannot load it):
     its start-up changes, not what it serves. The argv, and the directory it mounts."""
-    cache = compile_cache.host_dir(root, name, compile_cache.key("", [], argv, {}))
+    cache = compile_cache.host_dir(root, name, compile_cache.key("", argv, {}))
     extra = ["-v", f"{cache}:{compile_cache.CONTAINER_DIR}"]
     for k, v in sorted(compile_cache.env().items()):
         extra += ["-e", f"{k}={v}"]

@@ -5,19 +5,22 @@ write and build C++ kernels before it serves: about a minute for a 0.5 B model o
 2 cores, paid again at every start unless the artifacts outlive the container.
 A deployment mounts one host directory per instance and key at CONTAINER_DIR;
 the key changes with anything that shapes the compiled code (image, serve arguments,
-env) and with the placement (cpus, memory node), so a changed instance starts from an
-empty directory instead of a stale one, and vLLM and Inductor key their own entries
-inside it (model config, code, graph, ISA). The placement is the one part the code does
-not depend on: vLLM 0.32 compiles with Inductor's cpp.dynamic_threads, and a directory
-one core compiled loads warm on another core and on two (measured:
-docs/test-runs/2026-11-27-zen4-compile-cache-across-placements.txt), so a rollout of
-several instances of one shape compiles once per instance. Pure; standard library only.
+env), so a changed instance starts from an empty directory instead of a stale one, and
+vLLM and Inductor key their own entries inside it (model config, code, graph, ISA).
+Where an instance runs is not part of it: vLLM 0.32 compiles with Inductor's
+cpp.dynamic_threads, and a directory one core compiled loads warm on another core and
+on two (measured: docs/test-runs/2026-11-27-zen4-compile-cache-across-placements.txt).
+So the instances of one shape share a key, each in its own directory (no two
+containers write one), and a rolling update starts each from the first one's
+(the instances role's tasks/compile_cache_seed.yml): the shape compiles once. Pure.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+
+from zenvllm.core.deployed import ENV_KEY as PLAN_ENV
 
 # Where the container keeps it (the image creates it, owned by vLLM's user, so a
 # named volume mounted there is writable too).
@@ -44,10 +47,19 @@ def env(root: str = CONTAINER_DIR) -> dict[str, str]:
     }
 
 
-def key(image: str, placement: list[str], command: list[str], env: dict[str, str]) -> str:
-    """16 hex digits naming what the compiled code depends on (secrets excluded)."""
-    shape = [image, placement, command, sorted(env.items())]
-    return hashlib.sha256(json.dumps(shape).encode()).hexdigest()[:16]
+# What differs between instances of one shape and not in their compiled code: the port
+# they listen on, their cores (the OpenMP binding) and the plan's promise (their name,
+# cores, memory node and limits).
+PER_INSTANCE_ARGS = ("--port=",)
+PER_INSTANCE_ENV = ("VLLM_CPU_OMP_THREADS_BIND", PLAN_ENV)
+
+
+def key(image: str, command: list[str], env: dict[str, str]) -> str:
+    """16 hex digits naming what the compiled code depends on (secrets excluded): the
+    same for every instance of one shape, wherever it runs."""
+    args = [a for a in command if not a.startswith(PER_INSTANCE_ARGS)]
+    shared = sorted((k, v) for k, v in env.items() if k not in PER_INSTANCE_ENV)
+    return hashlib.sha256(json.dumps([image, args, shared]).encode()).hexdigest()[:16]
 
 
 def host_dir(root: str, instance: str, cache_key: str) -> str:

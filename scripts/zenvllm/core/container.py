@@ -222,9 +222,7 @@ def cache_dir_of(
     """The host directory of the instance's compile cache, by its key ("" for none)."""
     if not request.compile_cache_dir:
         return ""
-    key = compile_cache.key(
-        f"{request.image}@{request.image_id}", placement(instance), command, env
-    )
+    key = compile_cache.key(f"{request.image}@{request.image_id}", command, env)
     return compile_cache.host_dir(request.compile_cache_dir, instance.name, key)
 
 
