@@ -529,8 +529,8 @@ def test_a_new_configuration_rolls_out_one_at_a_time_and_restarts_warm(deploymen
     assert "compile cache: cold" in cold_log, cold_log[-3000:]
     _, second_log = start_log(NAMES[1])
     assert "compile cache: warm" in second_log, second_log[-3000:]
-    seeded = [t.split(" : ")[-1] for t in changed_tasks(run.output) if "compile cache of" in t]
-    assert seeded == [f"Start the compile cache of {NAMES[1]} from a sibling's"], seeded
+    seeded = [t.split(" : ")[-1] for t in changed_tasks(run.output) if "compile cache," in t]
+    assert seeded == [f"Start from a sibling's compile cache, {NAMES[1]}"], seeded
     # One directory per instance, of the current key only (the eager key's was pruned),
     # the same key for both, and the second's kernels the first's.
     keys = {name: list((base / "compile" / name).iterdir()) for name in NAMES}
