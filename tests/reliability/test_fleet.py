@@ -20,6 +20,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
@@ -27,6 +28,7 @@ import pytest
 from conftest import REPO, require, require_tool
 from fleet import API_KEY, HF_TOKEN, IMAGE, Fleet, deploy_then_remove, docker
 from support.engine import wait_for
+from support.gateway import error_log_size, replies_cut
 from support.load import BackgroundLoad, LoadResult, run_load
 
 from zenvllm.bench import gateway
@@ -249,7 +251,7 @@ def test_gateway_requires_the_api_key(deployed):
 
 
 # -- faults and rollouts under load ----------------------------------------------------
-def test_instance_crash_under_load_fails_no_request(deployed):
+def test_instance_crash_under_load_fails_only_the_replies_it_was_writing(deployed):
     fleet, _ = deployed
     victim, port = fleet.names()[0], fleet.ports()[0]
     before = inspect(victim)
@@ -258,14 +260,21 @@ def test_instance_crash_under_load_fails_no_request(deployed):
     )
     load.start().wait_for(40)
     pid = before["State"]["Pid"]
+    log_at_kill = error_log_size()
     os.kill(pid, signal.SIGKILL)  # a real crash of the container's main process
     killed_at = load.progress.sent
     result = load.join()
+    cut = replies_cut(log_at_kill, port)
     print(f"\nfault under load: SIGKILL {victim} (pid {pid}) after {killed_at} requests; "
-          f"{result.summary()}")  # fmt: skip
-    assert 0 < killed_at < result.sent
-    assert result.failed == 0, result.summary()
-    assert result.ok == result.sent == 200
+          f"{result.summary()}; replies cut mid-body by the crash: {len(cut)}")  # fmt: skip
+    assert 0 < killed_at < result.sent == 200
+    # Every request the crash hit before the instance began its reply is retried on the
+    # other one. A reply the instance was writing when it died (vLLM's server writes
+    # the headers and the body apart) is cut short for the client, as behind any proxy
+    # that streams: seen in 1 of 200 requests on one CI run. Each such failure must be
+    # one the gateway logged as cut by the victim, and nothing else may fail.
+    assert result.errors == Counter({"IncompleteRead": len(cut)}), result.summary()
+    assert result.ok == result.sent - len(cut)
 
     start = time.monotonic()
     wait_for(lambda: healthy(port), 600, f"/health of port {port}", every=1)

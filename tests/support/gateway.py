@@ -1,5 +1,5 @@
 """A client of a closed gateway: its generated key and CA from the controller's secrets;
-and this machine's nginx left as a test found it."""
+this machine's nginx left as a test found it, and what its error log says."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from support.ansible_run import REPO
 from zenvllm.bench.gateway import nginx_master, stop_nginx
 
 SECRETS = REPO / ".cache" / "secrets"  # ZENVLLM_SECRETS_DIR of every test playbook
+NGINX_ERROR_LOG = Path("/var/log/nginx/error.log")  # Debian's nginx, as the tiers use it
 
 
 def key(deployment: str, client: str = "default") -> str:
@@ -69,3 +70,24 @@ def nginx_as_found() -> Iterator[None]:
     finally:
         if not ran:
             stop_nginx()
+
+
+def error_log_size() -> int:
+    return NGINX_ERROR_LOG.stat().st_size if NGINX_ERROR_LOG.exists() else 0
+
+
+def replies_cut(since: int, port: int) -> list[str]:
+    """The error log's lines, written after offset `since`, of replies from the instance
+    on `port` that it closed in the middle of their body. nginx relays a reply as it
+    comes, so it cannot retry one whose headers it has passed on: the client sees a
+    reply cut short. Refusals and resets before the headers are retried, and logged
+    with other words ("while connecting to upstream", "... reading response header")."""
+    with NGINX_ERROR_LOG.open("rb") as log:
+        log.seek(since)
+        text = log.read(16 << 20).decode(errors="replace")
+    upstream = f'upstream: "http://127.0.0.1:{port}/'
+    return [
+        line
+        for line in text.splitlines()
+        if "prematurely closed connection while reading upstream" in line and upstream in line
+    ]
