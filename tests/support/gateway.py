@@ -78,10 +78,11 @@ def error_log_size() -> int:
 
 def replies_cut(since: int, port: int) -> list[str]:
     """The error log's lines, written after offset `since`, of replies from the instance
-    on `port` that it closed in the middle of their body. nginx relays a reply as it
-    comes, so it cannot retry one whose headers it has passed on: the client sees a
-    reply cut short. Refusals and resets before the headers are retried, and logged
-    with other words ("while connecting to upstream", "... reading response header")."""
+    on `port` that it closed or reset in the middle of their body ("while reading
+    upstream"). nginx relays a reply as it comes, so it cannot retry one whose headers
+    it has passed on: the client sees a reply cut short. Refusals and resets before the
+    headers are retried, and logged with other words ("while connecting to upstream",
+    "while reading response header from upstream")."""
     with NGINX_ERROR_LOG.open("rb") as log:
         log.seek(since)
         text = log.read(16 << 20).decode(errors="replace")
@@ -89,5 +90,5 @@ def replies_cut(since: int, port: int) -> list[str]:
     return [
         line
         for line in text.splitlines()
-        if "prematurely closed connection while reading upstream" in line and upstream in line
+        if " while reading upstream," in line and upstream in line
     ]
