@@ -27,8 +27,8 @@ pytestmark = pytest.mark.bench
 IMAGE = "zenvllm/vllm-openai:0.32.0"
 CACHE = Path(os.environ.get("ZENVLLM_CACHE", "/var/cache/zenvllm")) / "compile-guard"
 BASE_PORT = 8701  # its own: the quick bench uses 8601+, make bench 8401+
-# Short but real: 16 requests of 128 in / 128 out at concurrency 16, once (each
-# `vllm bench serve` client is a container start: the recorded runs hold the spread).
+# Short but real: 16 requests of 128 in / 128 out at concurrency 16, once (the
+# recorded runs hold the spread).
 WORKLOAD = ["--num-prompts", "16", "--concurrency", "16", "--warmup-prompts", "8"]
 WORKLOAD += ["--repeats", "1", "--batch1-prompts", "0", "--no-restart", "--no-plots"]
 # The plan with what stock runs with (vLLM's default binding) in place of its own.

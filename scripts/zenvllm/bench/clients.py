@@ -5,6 +5,9 @@ once, their result files parsed (bench/results.py), and what servers say of them
 
 from __future__ import annotations
 
+import contextlib
+import json
+import selectors
 import subprocess
 import time
 from dataclasses import dataclass
@@ -34,36 +37,150 @@ def tokens_predicted(url: str) -> int:
 class Clients:
     """What every client of a run shares."""
 
-    image: str  # vLLM's image: every client is its own `vllm bench serve`
+    image: str  # vLLM's image: every client runs its `vllm bench serve`
     model_dir: Path  # the tokenizer's
     result_dir: Path  # result files and logs
     run_id: str  # the containers' label
     timeout_s: float  # for all the clients of one measurement
 
 
+# One long-lived client per endpoint of a run, with vLLM's benchmark imported once: a
+# pass is a line on its stdin, not a new container, whose start took 8.6 s on a 2-core
+# Zen 4 (7.3 s of it the import), 20 times in the test tier's bench. A line is
+# [argv, log]: `vllm bench serve`'s words and the file the pass writes its output to;
+# the answer is the pass's exit status.
+CLIENT_LOOP = """
+import json, os, sys, traceback
+from vllm.benchmarks.serve import add_cli_args, main
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+answers = os.fdopen(os.dup(1), "w")
+for line in sys.stdin:
+    argv, log = json.loads(line)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    kept = os.dup(1), os.dup(2)
+    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    try:
+        if argv[:2] != ["bench", "serve"]:
+            raise SystemExit(f"not a vllm bench serve command: {argv[:2]}")
+        parser = FlexibleArgumentParser()
+        add_cli_args(parser)
+        main(parser.parse_args(argv[2:]))
+        code = 0
+    except SystemExit as stop:
+        if not isinstance(stop.code, int):
+            print(stop.code, file=sys.stderr)
+        code = stop.code if isinstance(stop.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(kept[0], 1)
+    os.dup2(kept[1], 2)
+    for fd in (out, *kept):
+        os.close(fd)
+    print(code, file=answers, flush=True)
+"""
+
+
+class ClientPool:
+    """A run's clients: one per endpoint index, started on first use, each running
+    CLIENT_LOOP until the run closes the pool (its containers carry the run's label)."""
+
+    def __init__(self, clients: Clients) -> None:
+        self.clients = clients
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+
+    def name(self, index: int) -> str:
+        return f"zenvllm-bench-client-{self.clients.run_id}-{index}"
+
+    def client(self, index: int) -> subprocess.Popen[bytes]:
+        proc = self.procs.get(index)
+        if proc is None or proc.poll() is not None:
+            c, name = self.clients, self.name(index)
+            DOCKER.run("rm", "-f", name, timeout=120)  # one of this run's that ended
+            argv = launch.client_loop_command(
+                name, c.image, c.model_dir, c.result_dir, c.run_id, CLIENT_LOOP
+            )
+            with (c.result_dir / f"client{index}.log").open("ab") as err:
+                proc = DOCKER.converse(*argv, err=err)
+            self.procs[index] = proc
+        return proc
+
+    def ask(self, index: int, argv: list[str], log: str) -> None:
+        """Start a pass on client `index`; its output goes to result_dir/log."""
+        proc = self.client(index)
+        assert proc.stdin is not None
+        proc.stdin.write((json.dumps([argv, f"/results/{log}"]) + "\n").encode())
+        proc.stdin.flush()
+
+    def answer(self, index: int, deadline: float) -> int | None:
+        """The pass's exit status; None if the client ended. Past the deadline the
+        client is removed and the pass raises."""
+        proc = self.procs[index]
+        assert proc.stdout is not None
+        with selectors.DefaultSelector() as waiting:
+            waiting.register(proc.stdout, selectors.EVENT_READ)
+            if not waiting.select(timeout=max(1.0, deadline - time.monotonic())):
+                self.drop(index)
+                raise RuntimeError(f"{self.name(index)}: a pass ran past its deadline")
+        line = proc.stdout.readline().strip()
+        if not line:
+            self.drop(index)
+            return None
+        return int(line)
+
+    def drop(self, index: int) -> None:
+        proc = self.procs.pop(index)
+        DOCKER.run("rm", "-f", self.name(index), timeout=120)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=30)
+        proc.kill()
+
+    def close(self) -> None:
+        """End every client: each loop ends at the end of its stdin."""
+        for index, proc in list(self.procs.items()):
+            assert proc.stdin is not None
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+            try:
+                proc.wait(timeout=30)
+                self.procs.pop(index)
+            except subprocess.TimeoutExpired:
+                self.drop(index)
+
+
 def run_clients(
-    clients: Clients,
+    pool: ClientPool,
     endpoints: list[tuple[str, str]],  # (base URL, served model name), one client each
     shares: list[Workload],
     stem: str,
     server_counts: bool = False,
 ) -> list[results.ClientResult]:
-    """One `vllm bench serve` per endpoint, all at once; their result files parsed.
+    """One `vllm bench serve` pass per endpoint, all at once; their result files parsed.
     `server_counts`: output tokens as the server counted them (llama.cpp)."""
-    result_dir, run_id = clients.result_dir, clients.run_id
+    result_dir = pool.clients.result_dir
     before = [tokens_predicted(url) for url, _ in endpoints] if server_counts else []
-    procs = []
+    names = []
     for i, ((url, served), share) in enumerate(zip(endpoints, shares, strict=True)):
         result_name = f"{stem}-client{i}.json"
         args = launch.client_args(url, served, share, "/results", result_name, server_counts)
-        name = f"zenvllm-bench-client-{run_id}-{stem}-{i}"
-        argv = launch.client_command(
-            name, clients.image, clients.model_dir, result_dir, run_id, args
-        )
-        log = (result_dir / f"{stem}-client{i}.log").open("w")
-        procs.append((DOCKER.stream(*argv, out=log), result_name))
+        pool.ask(i, args, f"{stem}-client{i}.log")
+        names.append(result_name)
+    deadline = time.monotonic() + pool.clients.timeout_s
     parsed = []
-    for i, (path, data) in enumerate(finished(procs, result_dir, clients.timeout_s)):
+    for i, name in enumerate(names):
+        path = result_dir / name
+        code = pool.answer(i, deadline)
+        if code != 0 or not path.is_file():
+            log = result_dir / name.replace(".json", ".log")
+            tail = "\n".join(gate.tail(log).splitlines()[-20:]) if log.is_file() else ""
+            raise RuntimeError(f"client {name} failed (exit {code}):\n{tail}")
+        data = gate.read_json(path, gate.DOCUMENT, "the client's result is not vllm bench's")
         result = results.parse_client_result(data, str(path), path.stat().st_mtime)
         if server_counts:
             made = tokens_predicted(endpoints[i][0]) - before[i]

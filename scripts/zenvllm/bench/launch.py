@@ -180,6 +180,16 @@ def client_command(
     ]
 
 
+def client_loop_command(
+    name: str, image: str, model_dir: Path, result_dir: Path, run_id: str, loop: str
+) -> list[str]:
+    """`docker run -i` argv for a long-lived client running `loop` (Python source,
+    bench/clients.py's CLIENT_LOOP) with client_command's mounts and labels."""
+    one_shot = client_command(name, image, model_dir, result_dir, run_id, [])
+    at = one_shot.index("--entrypoint")
+    return [one_shot[0], "-i", *one_shot[1:at], "--entrypoint", "python", image, "-c", loop]
+
+
 def client_args(
     base_url: str,
     model: str,

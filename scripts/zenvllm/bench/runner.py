@@ -145,15 +145,13 @@ def measure(
     raw: Path,
     run_id: str,
     facts: dict[str, dict],
+    setup: clients.ClientPool,
 ) -> tuple[list[Run], Run | str | None]:
-    """Start a configuration, warm it up, run its repeats and batch 1, read back what ran,
-    stop it: its runs, and its batch-1 run (None: not asked for; a string: why it failed,
-    the runs stand). What ran and how it started go to facts[config.name]."""
+    """Start a configuration, warm it up, run its repeats and batch 1 (with the run's
+    clients, vLLM's own `vllm bench serve`), read back what ran, stop it: its runs, and
+    its batch-1 run (None: not asked for; a string: why it failed, the runs stand). What
+    ran and how it started go to facts[config.name]."""
     w = settings.workload
-    # Every client is vLLM's own `vllm bench serve`.
-    setup = clients.Clients(
-        settings.images["vllm-openai"], settings.model_dir, raw, run_id, settings.client_timeout_s
-    )
     counted = config.kind == "llamacpp"
     tag = f"[{index}/{total}] {config.name}"
     started = {}
@@ -198,7 +196,7 @@ def measure(
 
 def batch1(
     config: Configuration,
-    setup: clients.Clients,
+    setup: clients.ClientPool,
     endpoints: list[tuple[str, str]],
     w: Workload,
     tag: str,
@@ -343,13 +341,25 @@ def _measure_into(
     before = leftovers.found()
     started = time.time()
     load_before = os.getloadavg()
+    setup = clients.ClientPool(
+        clients.Clients(
+            settings.images["vllm-openai"],
+            settings.model_dir,
+            raw,
+            run_id,
+            settings.client_timeout_s,
+        )
+    )
     try:
-        runs, batch1_runs, failures, facts = _measure_each(configs, settings, raw, run_id, progress)
+        runs, batch1_runs, failures, facts = _measure_each(
+            configs, settings, raw, run_id, progress, setup
+        )
         meta = _meta(settings, run_id, started, load_before, failures)
         result = document.result_document(meta, configs, settings.images, runs, batch1_runs, facts)
         report.write_outputs(result, staging, plots=settings.plots)
         return result, (1 if failures else 0)
     finally:
+        setup.close()
         remove_labelled(run_id)
         shutil.rmtree(raw / RUN_CACHE, ignore_errors=True)
         removed = leftovers.clean(before)
@@ -363,6 +373,7 @@ def _measure_each(
     raw: Path,
     run_id: str,
     progress: Callable[[str], None],
+    setup: clients.ClientPool,
 ) -> tuple[list[Run], list[Run], list[str], dict[str, dict]]:
     """Every configuration in turn: (its runs, the batch-1 runs, the failures, what ran);
     a configuration that fails is a failure, the others still run."""
@@ -372,7 +383,7 @@ def _measure_each(
     facts: dict[str, dict] = {}
     for index, config in enumerate(configs, 1):
         try:
-            mine, one = measure(index, len(configs), config, settings, raw, run_id, facts)
+            mine, one = measure(index, len(configs), config, settings, raw, run_id, facts, setup)
             runs += mine
             if isinstance(one, str):
                 failures.append(f"{config.name} {one}")

@@ -97,5 +97,19 @@ class Cli:
         except FileNotFoundError:
             raise self._missing() from None
 
+    def converse(self, *args: str, err: IO[str] | IO[bytes]) -> subprocess.Popen[bytes]:
+        """Start the command with pipes to its stdin and from its stdout (stderr to
+        `err`): a long-lived process the caller talks to a line at a time."""
+        try:
+            return subprocess.Popen(
+                [self.binary, *args],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                env=dict(self.env) if self.env is not None else None,
+            )
+        except FileNotFoundError:
+            raise self._missing() from None
+
 
 DOCKER = Cli()
