@@ -51,10 +51,13 @@ class Clients:
 # the answer is the pass's exit status.
 CLIENT_LOOP = """
 import json, os, sys, traceback
+
+# The answers get stdout's pipe to themselves: whatever else prints goes to stderr.
+answers = os.fdopen(os.dup(1), "w")
+os.dup2(2, 1)
 from vllm.benchmarks.serve import add_cli_args, main
 from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-answers = os.fdopen(os.dup(1), "w")
 for line in sys.stdin:
     argv, log = json.loads(line)
     sys.stdout.flush()
@@ -135,11 +138,10 @@ class ClientPool:
         return int(line)
 
     def drop(self, index: int) -> None:
+        """Remove client `index`'s container and reap its `docker run`."""
         proc = self.procs.pop(index)
         DOCKER.run("rm", "-f", self.name(index), timeout=120)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=30)
-        proc.kill()
+        self.reap(proc)
 
     def close(self) -> None:
         """End every client: each loop ends at the end of its stdin."""
@@ -149,9 +151,21 @@ class ClientPool:
                 proc.stdin.close()
             try:
                 proc.wait(timeout=30)
-                self.procs.pop(index)
+                self.reap(self.procs.pop(index))
             except subprocess.TimeoutExpired:
                 self.drop(index)
+
+    @staticmethod
+    def reap(proc: subprocess.Popen[bytes]) -> None:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
 
 
 def run_clients(
