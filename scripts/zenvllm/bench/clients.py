@@ -105,7 +105,8 @@ class ClientPool:
         proc = self.procs.get(index)
         if proc is None or proc.poll() is not None:
             c, name = self.clients, self.name(index)
-            DOCKER.run("rm", "-f", name, timeout=120)  # one of this run's that ended
+            if proc is not None:  # it ended: its container goes before a new one
+                DOCKER.run("rm", "-f", name, timeout=120)
             argv = launch.client_loop_command(
                 name, c.image, c.model_dir, c.result_dir, c.run_id, CLIENT_LOOP
             )
@@ -131,7 +132,7 @@ class ClientPool:
             if not waiting.select(timeout=max(1.0, deadline - time.monotonic())):
                 self.drop(index)
                 raise RuntimeError(f"{self.name(index)}: a pass ran past its deadline")
-        line = proc.stdout.readline().strip()
+        line = proc.stdout.readline(64).strip()  # an exit status, never more
         if not line:
             self.drop(index)
             return None
@@ -188,13 +189,7 @@ def run_clients(
     deadline = time.monotonic() + pool.clients.timeout_s
     parsed = []
     for i, name in enumerate(names):
-        path = result_dir / name
-        code = pool.answer(i, deadline)
-        if code != 0 or not path.is_file():
-            log = result_dir / name.replace(".json", ".log")
-            tail = "\n".join(gate.tail(log).splitlines()[-20:]) if log.is_file() else ""
-            raise RuntimeError(f"client {name} failed (exit {code}):\n{tail}")
-        data = gate.read_json(path, gate.DOCUMENT, "the client's result is not vllm bench's")
+        path, data = client_result(result_dir, name, pool.answer(i, deadline))
         result = results.parse_client_result(data, str(path), path.stat().st_mtime)
         if server_counts:
             made = tokens_predicted(endpoints[i][0]) - before[i]
@@ -217,15 +212,19 @@ def finished(
         except subprocess.TimeoutExpired:
             proc.kill()
             raise RuntimeError(f"{name}: client ran over {timeout_s:.0f} s") from None
-        path = result_dir / name
-        if code != 0 or not path.is_file():
-            log = result_dir / name.replace(".json", ".log")
-            tail = "\n".join(gate.tail(log).splitlines()[-20:])
-            raise RuntimeError(f"client {name} failed (exit {code}):\n{tail}")
-        done.append(
-            (path, gate.read_json(path, gate.DOCUMENT, "the client's result is not vllm bench's"))
-        )
+        done.append(client_result(result_dir, name, code))
     return done
+
+
+def client_result(result_dir: Path, name: str, code: int | None) -> tuple[Path, Any]:
+    """A client's result file `name` read through the gate; a client that failed (`code`
+    not 0; None: it ended mid-pass) or left no file raises with its log's last lines."""
+    path = result_dir / name
+    if code != 0 or not path.is_file():
+        log = result_dir / name.replace(".json", ".log")
+        tail = "\n".join(gate.tail(log).splitlines()[-20:])
+        raise RuntimeError(f"client {name} failed (exit {code}):\n{tail}")
+    return path, gate.read_json(path, gate.DOCUMENT, "the client's result is not vllm bench's")
 
 
 def served_model(url: str) -> str:
