@@ -342,6 +342,22 @@ def wait_veth_gone(name: str, timeout: float = 180) -> None:
         time.sleep(0.5)
 
 
+def avx2_view_flags() -> tuple[str, ...]:
+    """The AVX2 view for a test host (tests/support/avx2_machine.py), when
+    ZENVLLM_TEST_AVX2_VIEW names it: the Zen 3 /proc/cpuinfo, and the runc wrapper
+    first on containerd's PATH (/usr/local/sbin), apart from the runc its Docker installs;
+    the wrapper's log writable."""
+    view = os.environ.get("ZENVLLM_TEST_AVX2_VIEW")
+    if not view:
+        return ()
+    return (
+        f"--bind-ro={view}",
+        f"--bind={view}/log",  # the wrapper's record of the containers it started
+        f"--bind-ro={view}/cpuinfo:/proc/cpuinfo",
+        f"--bind-ro={view}/runc:/usr/local/sbin/runc",
+    )
+
+
 def boot(
     name: str,
     root: Path,
@@ -362,6 +378,7 @@ def boot(
                 "-M",
                 name,
                 *NSPAWN_FLAGS,
+                *avx2_view_flags(),
                 f"--network-bridge={network.bridge}",
                 f"--bind={docker_dir}:/var/lib/docker",
                 *([f"--cpu-affinity={cpus}"] if cpus else []),
