@@ -235,6 +235,8 @@ DELIVER = """\
 class Nginx:
     """Debian's nginx on this machine's bridge address: the model mirror."""
 
+    PROBE = "/zenvllm-mirror-probe"  # outside the mirror: 404, and not in log()
+
     def __init__(self, work: Path, root: Path):
         self.work, self.root = work, root
         self.proc: subprocess.Popen | None = None
@@ -267,10 +269,11 @@ http {{
         self.proc = subprocess.Popen(
             ["nginx", "-e", "stderr", "-p", str(self.work), "-c", str(conf), "-g", "daemon off;"]
         )
+        # Asked until it answers, at a path of its own: nginx logs a request after its
+        # reply, so a probe of the model's files could be logged after a test counted.
+        probe = f"http://{CLOUD_VMS.here}:{MIRROR_PORT}{self.PROBE}"
         deadline = time.monotonic() + 10
-        while subprocess.run(
-            ["curl", "-s", "-o", "/dev/null", f"{self.url}/config.json"]
-        ).returncode:
+        while subprocess.run(["curl", "-s", "-o", "/dev/null", probe]).returncode:
             assert time.monotonic() < deadline and self.proc.poll() is None, "nginx did not start"
             time.sleep(0.1)
 
@@ -280,10 +283,11 @@ http {{
             self.proc.wait(timeout=10)
 
     def log(self) -> list[list[str]]:
-        """Each request: path, status, Range asked, bytes sent."""
+        """Each request of the hosts (not start's probes): path, status, Range asked, bytes sent."""
         path = self.work / "access.log"
         lines = path.read_text().splitlines() if path.exists() else []
-        return [line.replace('"', "").split(" ") for line in lines]
+        entries = [line.replace('"', "").split(" ") for line in lines]
+        return [entry for entry in entries if entry[0] != self.PROBE]
 
 
 def descendants(pid: int) -> list[int]:
