@@ -24,6 +24,7 @@ from zenvllm.runtime import (
     commands_model,
     commands_plan,
     commands_status,
+    compile_seed,
     console,
 )
 
@@ -36,6 +37,7 @@ raise SystemExit(
             commands_calibrate,
             commands_model,
             commands_engine,
+            compile_seed,
         ),
         None,
     )
