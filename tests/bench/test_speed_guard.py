@@ -31,6 +31,9 @@ BASE_PORT = 8701  # its own: the quick bench uses 8601+, make bench 8401+
 # recorded runs hold the spread).
 WORKLOAD = ["--num-prompts", "16", "--concurrency", "16", "--warmup-prompts", "8"]
 WORKLOAD += ["--repeats", "1", "--batch1-prompts", "0", "--no-restart", "--no-plots"]
+# Stock in the dtype the planner serves here: the ratio is the layout's alone (on an
+# AVX2-only CPU the plan's float32 against stock's emulated bf16 would hide a sabotage).
+WORKLOAD += ["--stock-dtype", "plan"]
 # The plan with what stock runs with (vLLM's default binding) in place of its own.
 SABOTAGED = "auto-stock-bind"
 

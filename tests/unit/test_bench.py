@@ -16,7 +16,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zenvllm.bench import check, document, launch, layouts, report, results, roofline, workloads
+from zenvllm.bench import (
+    check,
+    commands_bench,
+    document,
+    launch,
+    layouts,
+    report,
+    results,
+    roofline,
+    workloads,
+)
 from zenvllm.core.container import container_of
 from zenvllm.core.errors import UserError
 from zenvllm.core.host import MIB
@@ -217,6 +227,23 @@ def test_stock_is_what_vllms_docs_give():
     assert argv[argv.index("img:1") + 1 :][:2] == ["serve", layouts.MODEL_MOUNT]
     assert "--enforce-eager" not in argv
     assert f"{launch.BENCH_LABEL}=r1" in argv
+    assert argv[argv.index("--dtype") + 1] == "bfloat16"  # as a user runs a bf16 model
+
+
+@pytest.mark.parametrize(
+    ("fixture", "asked", "stock", "plan"),
+    [
+        ("vm-milan-8vcpu-avx2", "bfloat16", "bfloat16", "float32"),  # bf16 emulated
+        ("vm-milan-8vcpu-avx2", "plan", "float32", "float32"),  # the speed guard's runs
+        ("test-machine-zen4-2cpu", "plan", "bfloat16", "bfloat16"),
+    ],
+)
+def test_stock_dtype_plan_gives_stock_the_planners_dtype(fixture, asked, stock, plan):
+    on = host(fixture)
+    assert commands_bench.dtypes(asked, on) == (stock, plan)
+    (config, *_), _ = layouts.resolve(["stock"], on, TINY, 8401, 512, stock_dtype=stock)
+    argv = launch.server_launch(config.servers[0], bench_settings(), "r1").argv
+    assert argv[argv.index("--dtype") + 1] == stock
 
 
 def test_planned_servers_run_the_deployments_container():

@@ -107,3 +107,20 @@ def test_the_command_judges_the_configuration_it_is_given(tmp_path, half_b, caps
     assert guard.main([str(tmp_path)]) == 0
     assert guard.main([str(tmp_path), "--config", "auto-stock-bind"]) == 1
     assert "speed guard FAILED: auto-stock-bind / stock = 1.000x" in capsys.readouterr().out
+
+
+def test_a_run_whose_stock_served_another_dtype_is_not_judged(recorded, half_b):
+    """On an AVX2-only CPU the plan serves float32 and stock's bf16 is emulated: a ratio
+    of 3.1x came from a layout given stock's binding (the AVX2 view's run, 2026-11-27),
+    so such a run is refused, and sets no floor."""
+    mixed = copy.deepcopy(half_b)
+    mixed["meta"] |= {"stock_dtype": "bfloat16", "plan_dtype": "float32"}
+    ok, sentence = guard.judge(mixed, recorded)
+    assert not ok and "stock served bfloat16 and the plan float32" in sentence
+    assert "--stock-dtype plan" in sentence
+    assert guard.floor([mixed], "bench-0.5b", 2) is None
+    alike = copy.deepcopy(half_b)
+    alike["meta"] |= {"stock_dtype": "float32", "plan_dtype": "float32"}
+    ok, sentence = guard.judge(alike, recorded)
+    assert ok and sentence.startswith("speed guard holds: auto / stock = 1.792x")
+    assert guard.floor([alike], "bench-0.5b", 2) is not None

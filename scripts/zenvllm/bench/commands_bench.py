@@ -17,6 +17,7 @@ from zenvllm.bench.roofline import Bandwidth
 from zenvllm.core import gate
 from zenvllm.core.container import EAGER_PIPELINE
 from zenvllm.core.cores import usable_cores
+from zenvllm.core.dtype import serving_dtype
 from zenvllm.core.errors import UserError
 from zenvllm.core.host import GIB, Host
 from zenvllm.core.model import Model, read_model
@@ -103,6 +104,13 @@ def weights_copies(specs: Sequence[str], model_dir: Path) -> tuple[layouts.Weigh
     return tuple(copies)
 
 
+def dtypes(stock: str, host: Host) -> tuple[str, str]:
+    """(stock's dtype, the planner's) on this host: --stock-dtype plan gives stock the
+    dtype the planner serves (core/dtype.py), so the two differ in their layout alone."""
+    plan = serving_dtype(host).dtype
+    return (plan if stock == "plan" else stock), plan
+
+
 def peers_for(names: list[str], model: Model) -> tuple[list[str], list[str]]:
     """llama.cpp's configurations convert bf16 safetensors: a quantized --model has none."""
     if model.quantization is None:
@@ -144,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
         return print_plan(configs, images, workload, notes)
     for note in notes:
         runner.say(f"note: {note}")
+    stock_dtype, plan_dtype = dtypes(request.stock_dtype, host)
     settings = runner.Settings(
         model_dir=model_dir,
         model_name=model.name,
@@ -164,6 +173,8 @@ def run(args: argparse.Namespace) -> int:
         compile_cache_dir=compile_cache,
         serve_env=dict(request.serve_env),
         restart=request.restart,
+        stock_dtype=stock_dtype,
+        plan_dtype=plan_dtype,
     )
     return measure_and_report(configs, settings, request.out, request.metrics_file)
 
@@ -197,8 +208,9 @@ def configurations(
     names, notes = peers_for(names, model)
     host = read_host()
     base, measured, calibrated = bandwidth.figures(host, model, measure=not request.dry_run)
+    stock_dtype = dtypes(request.stock_dtype, host)[0]
     configs, resolved = layouts.resolve(
-        names, host, model, request.base_port, max_len, base, copies
+        names, host, model, request.base_port, max_len, base, copies, stock_dtype
     )
     notes += [*calibrated, *resolved]
     return host, measured, configs, notes

@@ -49,6 +49,7 @@ class BenchRequest:
     compile_cache: Path | None
     restart: bool  # not --no-restart
     serve_env: tuple[tuple[str, str], ...]  # KEY=VALUE pairs in the order given
+    stock_dtype: str  # "bfloat16", or "plan": the dtype the planner serves on this CPU
     max_model_len: int | None
     images: ImageTags
     gateway_flag: str | None  # --gateway: 'deploy' or a running deployment's URL
@@ -146,6 +147,14 @@ def add_server_flags(parser: argparse.ArgumentParser) -> None:
         "measure a layout with another binding",
     )
     parser.add_argument(
+        "--stock-dtype",
+        choices=("bfloat16", "plan"),
+        default="bfloat16",
+        help="stock's --dtype: bfloat16, as a user runs a bf16 model (default), or 'plan': the "
+        "dtype the planner serves on this CPU (float32 where it lacks bf16 in hardware), so "
+        "stock and the planner differ in their layout alone, as the speed guard compares them",
+    )
+    parser.add_argument(
         "--max-model-len", type=arguments.max_model_len, help="served context length"
     )
 
@@ -208,6 +217,7 @@ def request_of(args: argparse.Namespace) -> BenchRequest:
         compile_cache=args.compile_cache,
         restart=not args.no_restart,
         serve_env=tuple(args.serve_env),
+        stock_dtype=args.stock_dtype,
         max_model_len=args.max_model_len,
         images=ImageTags(
             args.image, args.zen_image, args.pace_image, args.llamacpp_image, args.infinity_image

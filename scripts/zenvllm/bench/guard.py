@@ -3,9 +3,11 @@ must keep the advantage the recorded runs showed, less their measured spread.
 
 Only ratios are compared (these machines are noisy; absolute figures move with the
 load), and only against recorded runs of the same model on as many CPUs, in vLLM's
-compiled mode. The floor is the lowest ratio a recorded repeat reached less the spread of all
-recorded repeats (across runs and machines), so a run as good as the recorded ones
-passes and a planner that lost its advantage (about 1.0x on 2 cores) fails.
+compiled mode, with stock in the planner's dtype (`zenvllm bench --stock-dtype plan`):
+the ratio is the layout's alone on every CPU kind. The floor is the lowest ratio a
+recorded repeat reached less the spread of all recorded repeats (across runs and
+machines), so a run as good as the recorded ones passes and a planner that lost its
+advantage (about 1.0x on 2 cores) fails.
 
     python -m zenvllm.bench.guard OUT [--recorded docs/bench] [--config auto]
 
@@ -39,6 +41,16 @@ def repeat_ratios(doc: dict, config: str = PLANNER) -> list[float]:
     return [by[config, n] / by[BASELINE, n] for n in repeats if (BASELINE, n) in by]
 
 
+def layout_alone(meta: dict) -> bool:
+    """Whether stock served the planner's dtype, so that their ratio is the layout's
+    alone. On a CPU without bf16 in hardware the planner serves float32 and stock's bf16
+    is emulated: the ratio would count the dtype too, and a layout that lost its
+    advantage would still pass. Runs from before the bench recorded both dtypes ran on
+    CPUs that compute bf16 (docs/benchmarks.md: a Xeon with AMX, Zen 4, Zen 5), where
+    both served it."""
+    return meta.get("stock_dtype", "bfloat16") == meta.get("plan_dtype", "bfloat16")
+
+
 def comparable(doc: dict, model: str, cpus: int) -> bool:
     meta = doc.get("meta", {})
     return (
@@ -46,6 +58,7 @@ def comparable(doc: dict, model: str, cpus: int) -> bool:
         and meta.get("cpus") == cpus
         and not meta.get("workload", {}).get("enforce_eager", False)
         and not meta.get("serve_env")  # the plan as planned, not an experiment on it
+        and layout_alone(meta)
     )
 
 
@@ -68,6 +81,12 @@ def judge(doc: dict, recorded: list[dict], config: str = PLANNER) -> tuple[bool,
     """Whether this run's `config` keeps the planner's recorded advantage over stock, and
     the sentence that says so."""
     meta = doc["meta"]
+    if not layout_alone(meta):
+        return False, (
+            f"this run's stock served {meta['stock_dtype']} and the plan {meta['plan_dtype']}: "
+            "its ratio counts the dtype with the layout, the recorded runs the layout alone; "
+            "run `zenvllm bench --stock-dtype plan` for the guard"
+        )
     ratios = repeat_ratios(doc, config)
     if not ratios:
         return False, f"no {config} and {BASELINE} figures of one run to compare; {FIX}"

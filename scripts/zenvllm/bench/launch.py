@@ -82,7 +82,7 @@ def stock_command(
     argv += [*server.docker_args, "-v", f"{model_dir}:{MODEL_MOUNT}:ro"]
     for key, value in sorted({**server.env, "HF_HUB_OFFLINE": "1"}.items()):
         argv += ["-e", f"{key}={value}"]
-    argv += ["--entrypoint", "vllm", image, "serve", MODEL_MOUNT, "--dtype", "bfloat16"]
+    argv += ["--entrypoint", "vllm", image, "serve", MODEL_MOUNT, "--dtype", server.dtype]
     argv += ["--max-model-len", str(max_model_len), "--host", "127.0.0.1"]
     argv += ["--port", str(server.port), *server.serve_args]
     return argv + (["--enforce-eager"] if eager else [])

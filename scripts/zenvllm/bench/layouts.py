@@ -23,6 +23,8 @@ from zenvllm.core.topology import format_cpu_list, parse_cpu_list
 STOCK_KV_GIB = 4
 # vLLM's CPU guide's `docker run` example.
 STOCK_SHM = "4g"
+# As a user runs a bf16 model; `zenvllm bench --stock-dtype plan` gives stock the plan's.
+STOCK_DTYPE = "bfloat16"
 MODEL_MOUNT = "/model"
 STOCK = "stock"
 PLANNER = "auto"  # the configuration that is the planner's own choice
@@ -138,6 +140,9 @@ class Server:
     env: dict[str, str]
     docker_args: tuple[str, ...]
     serve_args: tuple[str, ...] = ()  # beyond the model, dtype, length and port
+    # vLLM's own command's --dtype (stock, the dp/tp/pp peers); "" on a planner layout's
+    # server, whose plan decides (the dtype its CPU computes natively).
+    dtype: str = ""
     gguf: str = ""  # llamacpp: the GGUF type of the weights it serves
     model_dir: str = ""  # another copy of the weights (--weights NAME=DIR); "": --model's
     weight_bytes: int = 0  # that copy's bytes per decode step; 0: --model's
@@ -215,7 +220,7 @@ def parse_configs(text: str | None, quick: bool) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def stock_server(port: int) -> Server:
+def stock_server(port: int, dtype: str = STOCK_DTYPE) -> Server:
     env = {"VLLM_CPU_KVCACHE_SPACE": str(STOCK_KV_GIB), "VLLM_CPU_OMP_THREADS_BIND": "auto"}
     return Server(
         name=f"zenvllm-bench-stock-{port}",  # the port keeps concurrent runs apart
@@ -226,6 +231,7 @@ def stock_server(port: int) -> Server:
         kv_cache_gib=STOCK_KV_GIB,
         env=env,
         docker_args=(f"--shm-size={STOCK_SHM}",),
+        dtype=dtype,
     )
 
 
@@ -282,6 +288,7 @@ def ranks_server(plan: Plan, port: int, kind: str) -> Server:
         env=env,
         docker_args=tuple(placement(union)),
         serve_args=(RANK_FLAGS[kind], str(len(plan.instances))),
+        dtype=STOCK_DTYPE,
     )
 
 
@@ -392,6 +399,7 @@ def resolve(
     max_model_len: int,
     base: Policy | None = None,
     copies: tuple[Weights, ...] = (),
+    stock_dtype: str = STOCK_DTYPE,
 ) -> tuple[list[Configuration], list[str]]:
     """Catalogue names -> runnable configurations on this host, duplicates folded, then
     the planner's layout for each other copy of the weights.
@@ -403,7 +411,7 @@ def resolve(
         spec = SPECS[name]
         if spec.kind == "stock":
             config = Configuration(
-                name, spec.kind, spec.summary, spec.target, (stock_server(base_port),)
+                name, spec.kind, spec.summary, spec.target, (stock_server(base_port, stock_dtype),)
             )
         elif spec.kind == "gateway":
             config = Configuration(name, spec.kind, spec.summary, spec.target)

@@ -74,6 +74,9 @@ class Settings:
     # vLLM's compile cache for every vLLM server ("" = none: each start compiles).
     compile_cache_dir: str = ""
     serve_env: dict[str, str] = field(default_factory=dict)  # over the planner's env
+    # What stock and the planner's layouts serve in (the guard compares runs where they match).
+    stock_dtype: str = "bfloat16"
+    plan_dtype: str = "bfloat16"
     restart: bool = True  # restart the planner's layout once: its warm time to ready
 
 
@@ -435,6 +438,8 @@ def run_meta(
         "model_dir": str(settings.model_dir),
         "images": settings.images,
         "max_model_len": settings.max_model_len,
+        "stock_dtype": settings.stock_dtype,
+        "plan_dtype": settings.plan_dtype,
         "workload": asdict(settings.workload),
         "load_before": [round(x, 2) for x in load_before],
         "load_after": [round(x, 2) for x in os.getloadavg()],
