@@ -41,6 +41,7 @@ from support import cpu
 VIEW = Path("/run/zenvllm-avx2")
 RUNC = Path("/usr/sbin/runc")  # Debian's; /usr/bin/runc links to it
 IN_CONTAINER = "/zenvllm-avx2"  # where the sitecustomize is bound in a container
+MARK_FILE, MARK = ".zenvllm-avx2-view", "made by zenvllm's tests/support/avx2_machine.py\n"
 
 # torch.cpu's capability checks that vLLM (kernel library, AMX GEMM and attention) and
 # torch's compiler (its vector ISA) read.
@@ -141,17 +142,26 @@ def wrapper(view: Path) -> str:
     return WRAPPER_TEMPLATE.replace("@VIEW@", str(view)).replace("@IN_CONTAINER@", IN_CONTAINER)
 
 
-def mounted(path: Path) -> bool:
-    """Whether something is mounted on path (a file mount too, which `mountpoint` misses)."""
-    target = str(path)
+def mounts_on(path: Path) -> list[str]:
+    """What is mounted on path, by the source each mount shows (a file mount too, which
+    `mountpoint` misses): mountinfo's root field, then its mount point."""
     with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == target for line in f)
+        return [line.split()[3] for line in f if line.split()[4] == str(path)]
+
+
+def ours() -> bool:
+    """Whether VIEW is this tool's: the mark `on` writes first (by content, not name)."""
+    mark = VIEW / MARK_FILE
+    return mark.is_file() and mark.read_text() == MARK
 
 
 def on() -> None:
-    if mounted(RUNC) or mounted(Path("/proc/cpuinfo")):
+    if mounts_on(RUNC) or mounts_on(Path("/proc/cpuinfo")):
         sys.exit(f"{RUNC} or /proc/cpuinfo has a mount already; run `off` first")
+    if VIEW.exists() and not ours():
+        sys.exit(f"{VIEW} exists and this tool did not make it; move it away")
     VIEW.mkdir(parents=True, exist_ok=True)
+    (VIEW / MARK_FILE).write_text(MARK)
     (VIEW / "cpuinfo").write_text(cpu.fake_cpuinfo("amd-zen3-avx2", len(cpu.this_host().cpus)))
     (VIEW / "python").mkdir(exist_ok=True)
     (VIEW / "log").mkdir(exist_ok=True)
@@ -165,10 +175,12 @@ def on() -> None:
 
 
 def off() -> None:
-    for path in (Path("/proc/cpuinfo"), RUNC):
-        while mounted(path):
+    """Only this tool's mounts and directory go; anything else mounted there stays."""
+    for path, source in ((Path("/proc/cpuinfo"), VIEW / "cpuinfo"), (RUNC, VIEW / "runc")):
+        while mounts_on(path) and mounts_on(path)[-1] == str(source):
             subprocess.run(["umount", str(path)], check=True)
-    shutil.rmtree(VIEW, ignore_errors=True)
+    if ours():
+        shutil.rmtree(VIEW)
 
 
 if __name__ == "__main__":
