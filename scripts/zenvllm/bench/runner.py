@@ -75,7 +75,7 @@ class Settings:
     compile_cache_dir: str = ""
     serve_env: dict[str, str] = field(default_factory=dict)  # over the planner's env
     # What stock and the planner's layouts serve in (the guard compares runs where they match).
-    stock_dtype: str = "bfloat16"
+    stock_dtype: str = layouts.STOCK_DTYPE
     plan_dtype: str = "bfloat16"
     restart: bool = True  # restart the planner's layout once: its warm time to ready
 
