@@ -207,7 +207,12 @@ def test_a_copy_cut_into_two_stages_answers_as_the_whole_copy_and_heals(image, w
         start(head)
         start(worker)
         engine.wait_for(lambda: healthy(head.port), 600, "/health", head.name, every=2)
-        assert_same(whole, [ask(head.port, p) for p in PROMPTS])
+        try:
+            assert_same(whole, [ask(head.port, p) for p in PROMPTS])
+        except Exception:  # the stages' own words, shown with the failure
+            for member in (head, worker):
+                print(f"{member.name}'s log:\n{engine.logs(member.name)}")
+            raise
         print(f"two stages ready and answered in {time.monotonic() - started:.0f} s")
         log = engine.logs(worker.name)
         assert "Worker_PP1" in log and "pipeline group: watching its store port" in log

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -18,6 +19,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -258,8 +260,14 @@ def wait_for(predicate, timeout: float, what: str, name: str | None = None, ever
 def http_json(url: str, body: dict | None = None, timeout: float = 60) -> dict:
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as reply:
-        return json.loads(reply.read() or b"{}")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as reply:
+            return json.loads(reply.read() or b"{}")
+    except urllib.error.HTTPError as err:  # the same error, its body in the message
+        body = err.read(4000)
+        message = f"{err.msg}: {body.decode(errors='replace')}"
+        copy = io.BytesIO(body)
+        raise urllib.error.HTTPError(url, err.code, message, err.headers, copy) from None
 
 
 def planned_as(deployment: str, name: str, target: str, port: int) -> tuple[str, ...]:
