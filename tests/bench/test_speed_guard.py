@@ -1,10 +1,11 @@
 """The speed guard in CI: a real-shape model (Qwen2.5-0.5B's shape, random weights) in
-vLLM's compiled mode, the planner's layout against stock, judged against the recorded
-runs in docs/bench (zenvllm.bench.guard); and, measured in the same run, the plan
-sabotaged on purpose (`auto-stock-bind`: the planner's containers given stock's thread
-binding), which the guard must fail. Ratios only: the machine is shared and noisy,
-absolute figures move. (One run of three configurations, not two of two: stock's
-compiled server is started once.)
+vLLM's compiled mode, the planner's layout against stock as a user runs it (bf16),
+judged against the recorded runs in docs/bench of the same dtypes (zenvllm.bench.guard);
+and, measured in the same run, the plan sabotaged on purpose, without what it gains on
+this CPU (guard.sabotaged: stock's thread binding where both serve bf16, stock's dtype
+where the CPU emulates bf16 and the plan serves float32), which the guard must fail.
+Ratios only: the machine is shared and noisy, absolute figures move. (One run of three
+configurations, not two of two: stock's compiled server is started once.)
 
 The compile caches are kept under $ZENVLLM_CACHE/compile-guard, so after the first
 CI run on a machine every server starts warm.
@@ -22,6 +23,11 @@ from conftest import REPO, require, require_tool
 from support.engine import ZENVLLM, build, docker, engine_env, engine_ready
 from support.tiny_model import ensure_tiny_model
 
+from zenvllm.bench import guard
+from zenvllm.bench.commands_bench import dtypes
+from zenvllm.bench.layouts import STOCK_DTYPE
+from zenvllm.core.topology import read_host
+
 pytestmark = pytest.mark.bench
 
 IMAGE = "zenvllm/vllm-openai:0.32.0"
@@ -31,11 +37,8 @@ BASE_PORT = 8701  # its own: the quick bench uses 8601+, make bench 8401+
 # recorded runs hold the spread).
 WORKLOAD = ["--num-prompts", "16", "--concurrency", "16", "--warmup-prompts", "8"]
 WORKLOAD += ["--repeats", "1", "--batch1-prompts", "0", "--no-restart", "--no-plots"]
-# Stock in the dtype the planner serves here: the ratio is the layout's alone (on an
-# AVX2-only CPU the plan's float32 against stock's emulated bf16 would hide a sabotage).
-WORKLOAD += ["--stock-dtype", "plan"]
-# The plan with what stock runs with (vLLM's default binding) in place of its own.
-SABOTAGED = "auto-stock-bind"
+# The plan without what it gains over stock on this CPU (its binding, or its dtype).
+SABOTAGED = guard.sabotaged(*dtypes(STOCK_DTYPE, read_host()))
 
 
 def bench(out: Path, model: Path, *args: str) -> subprocess.CompletedProcess:
@@ -86,17 +89,21 @@ def test_the_planners_advantage_holds_against_the_recorded_runs(measured, model,
     assert done.stdout.startswith("speed guard holds: auto / stock = ")
 
 
-def test_the_guard_fails_a_plan_sabotaged_with_stocks_binding(measured):
-    """The planner's layout given stock's thread binding, stock and the plan beside it in
-    the same run, all measured for real: judged as the plan, the guard says FAILED and
+def test_the_guard_fails_a_plan_sabotaged_of_its_gain_on_this_cpu(measured):
+    """The planner's layout given stock's thread binding (or, where the plan serves
+    float32 against stock's emulated bf16, stock's dtype), stock and the plan beside it
+    in the same run, all measured for real: judged as the plan, the guard says FAILED and
     exits 1."""
     doc, out = measured
     (config,) = [c for c in doc["configurations"] if c["name"] == SABOTAGED]
-    assert {s["omp_bind"] for s in config["servers"]} == {"auto"}, config
     logs = list((out / "raw").glob(f"{SABOTAGED}-zenvllm-bench-*.log"))  # its servers'
-    assert logs and all(
-        "VLLM_CPU_OMP_THREADS_BIND=auto (the deployment's plan)" in log.read_text() for log in logs
-    ), logs
+    assert logs, SABOTAGED
+    if SABOTAGED == "auto-stock-bind":
+        assert {s["omp_bind"] for s in config["servers"]} == {"auto"}, config
+        wanted = "VLLM_CPU_OMP_THREADS_BIND=auto (the deployment's plan)"
+    else:  # the launcher's exec line serves stock's dtype, the plan's float32 elsewhere
+        wanted = f"--dtype={STOCK_DTYPE}"
+    assert all(wanted in log.read_text() for log in logs), (wanted, logs)
     judged = guard_of(out, "--config", SABOTAGED)
     print(f"\nsabotaged: {judged.stdout}")
     assert judged.returncode == 1, judged.stdout + judged.stderr

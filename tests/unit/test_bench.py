@@ -144,7 +144,8 @@ def test_two_core_machine_folds_identical_layouts():
     by_name = {c.name: c for c in configs}
     # One node of two cores without SMT: auto is one 2-core instance (never a 1-core one
     # there), the same run as single, per-node and interleaved; two-per-node stands apart.
-    assert by_name["auto"].same_as == ("single", "per-node", "auto-interleaved")
+    # This CPU computes bf16, the dtype stock serves: auto-stock-dtype is auto's run.
+    assert by_name["auto"].same_as == ("single", "per-node", "auto-interleaved", "auto-stock-dtype")
     assert set(by_name) == {
         "stock",
         "auto",
@@ -244,6 +245,19 @@ def test_stock_dtype_plan_gives_stock_the_planners_dtype(fixture, asked, stock, 
     (config, *_), _ = layouts.resolve(["stock"], on, TINY, 8401, 512, stock_dtype=stock)
     argv = launch.server_launch(config.servers[0], bench_settings(), "r1").argv
     assert argv[argv.index("--dtype") + 1] == stock
+
+
+def test_the_plan_in_stocks_dtype_stands_apart_where_the_cpu_emulates_bf16():
+    """On an AVX2-only host the planner serves float32; auto-stock-dtype is its layout in
+    stock's bf16, the speed guard's sabotaged plan there (bench/guard.py: sabotaged)."""
+    names = ["stock", "auto", "auto-stock-dtype"]
+    configs, _ = layouts.resolve(names, host("vm-milan-8vcpu-avx2"), TINY, 8401, 512)
+    auto, in_bf16 = configs[1], configs[2]
+    assert [c.name for c in configs] == names and not auto.same_as
+    assert {s.instance.dtype for s in auto.servers} == {"float32"}
+    assert {s.instance.dtype for s in in_bf16.servers} == {"bfloat16"}
+    argv = launch.server_launch(in_bf16.servers[0], bench_settings(), "r1").argv
+    assert "--dtype=bfloat16" in " ".join(argv)
 
 
 def test_planned_servers_run_the_deployments_container():

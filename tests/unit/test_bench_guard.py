@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from zenvllm.bench import guard
+from zenvllm.bench import guard, layouts
 
 RECORDED = sorted(guard.RECORDED.glob("*/results.json"))
 
@@ -32,6 +32,7 @@ def test_the_floor_is_the_lowest_recorded_repeat_less_the_spread(recorded):
         if d["meta"]["model"] == "bench-0.5b"
         and d["meta"]["cpus"] == 2
         and not d["meta"].get("serve_env")
+        and guard.dtypes(d["meta"]) == ("bfloat16", "bfloat16")
         for r in guard.repeat_ratios(d)
     ]
     limit, basis = guard.floor(recorded, "bench-0.5b", 2)
@@ -109,18 +110,32 @@ def test_the_command_judges_the_configuration_it_is_given(tmp_path, half_b, caps
     assert "speed guard FAILED: auto-stock-bind / stock = 1.000x" in capsys.readouterr().out
 
 
-def test_a_run_whose_stock_served_another_dtype_is_not_judged(recorded, half_b):
-    """On an AVX2-only CPU the plan serves float32 and stock's bf16 is emulated: a ratio
-    of 3.1x came from a layout given stock's binding (the AVX2 view's run, 2026-11-27),
-    so such a run is refused, and sets no floor."""
-    mixed = copy.deepcopy(half_b)
-    mixed["meta"] |= {"stock_dtype": "bfloat16", "plan_dtype": "float32"}
+def with_dtypes(doc: dict, stock_dtype: str, plan_dtype: str, plan_gain: float = 1.0) -> dict:
+    """doc as a run with stock and the plan in those dtypes, the plan's figures x plan_gain."""
+    run = copy.deepcopy(doc)
+    run["meta"] |= {"stock_dtype": stock_dtype, "plan_dtype": plan_dtype}
+    for r in run["runs"]:
+        if r["config"] == "auto":
+            r["output_tok_s"] *= plan_gain
+    return run
+
+
+def test_each_pair_of_dtypes_is_judged_against_runs_of_that_pair_only(recorded, half_b):
+    """On an AVX2-only CPU the plan serves float32 against stock's emulated bf16: a ratio
+    that counts the dtype, judged only against runs that counted it too."""
+    mixed = with_dtypes(half_b, "bfloat16", "float32")  # 1.792x
     ok, sentence = guard.judge(mixed, recorded)
-    assert not ok and "stock served bfloat16 and the plan float32" in sentence
-    assert "--stock-dtype plan" in sentence
-    assert guard.floor([mixed], "bench-0.5b", 2) is None
-    alike = copy.deepcopy(half_b)
-    alike["meta"] |= {"stock_dtype": "float32", "plan_dtype": "float32"}
-    ok, sentence = guard.judge(alike, recorded)
-    assert ok and sentence.startswith("speed guard holds: auto / stock = 1.792x")
-    assert guard.floor([alike], "bench-0.5b", 2) is not None
+    assert not ok and "with stock in bfloat16 and the plan in float32" in sentence
+    assert guard.floor([mixed], "bench-0.5b", 2) is None  # not a bf16 run's floor
+    avx2 = with_dtypes(half_b, "bfloat16", "float32", plan_gain=2)  # 3.584x recorded
+    ok, sentence = guard.judge(mixed, [*recorded, avx2])
+    assert not ok and sentence.startswith("speed guard FAILED: auto / stock = 1.792x")
+    assert "stock in bfloat16 and the plan in float32, in 1 run(s)" in sentence
+    assert guard.judge(with_dtypes(half_b, "bfloat16", "float32", 2), [*recorded, avx2])[0]
+    assert guard.judge(half_b, [*recorded, avx2])[0]  # bf16 runs keep their own floor
+
+
+def test_the_sabotaged_plan_takes_away_what_the_plan_gains_on_its_cpu():
+    assert guard.sabotaged("bfloat16", "bfloat16") == "auto-stock-bind"
+    assert guard.sabotaged("bfloat16", "float32") == "auto-stock-dtype"
+    assert {"auto-stock-bind", "auto-stock-dtype"} <= set(layouts.SPECS)

@@ -59,6 +59,7 @@ class Spec:
     layout: str = "contiguous"
     gguf: str = ""  # llamacpp: the GGUF type its weights are converted to
     env: tuple[tuple[str, str], ...] = ()  # plan: over each instance's planned env
+    dtype: str = ""  # plan: the dtype asked of the planner; "": the one it chooses
 
 
 CATALOGUE = (
@@ -81,6 +82,15 @@ CATALOGUE = (
         "plan",
         "planner's auto layout with vLLM's default thread binding (auto), as stock has",
         env=(("VLLM_CPU_OMP_THREADS_BIND", "auto"),),
+    ),
+    # The plan in the model's dtype, as stock serves it, where the planner would choose
+    # another (float32 on a CPU that emulates bf16): what the dtype alone buys; the
+    # guard's sabotaged plan on such a CPU. Where the CPU computes bf16 it folds into auto.
+    Spec(
+        "auto-stock-dtype",
+        "plan",
+        f"planner's auto layout served in {STOCK_DTYPE}, as stock is, whatever this CPU computes",
+        dtype=STOCK_DTYPE,
     ),
     Spec("zen-auto", "plan", "zen image, the planner's auto layout", target="zen"),
     Spec("zen-single", "plan", "zen image, one instance on all cores", target="zen", instances=1),
@@ -190,6 +200,7 @@ class Configuration:
                     (
                         s.cpus,
                         s.omp_bind,
+                        s.instance.dtype if s.instance else s.dtype,
                         s.mems,
                         s.kv_cache_gib,
                         s.gguf,
@@ -340,6 +351,7 @@ def policy_of(spec: Spec, host: Host, base_port: int, max_model_len: int, base: 
         instances=instances,  # type: ignore[arg-type]
         target=spec.target,
         layout=spec.layout,
+        dtype=spec.dtype or base.dtype,
         base_port=base_port,
         max_model_len=max_model_len,
         name_prefix=f"zenvllm-bench-{base_port}",  # the port keeps concurrent runs apart
