@@ -1,11 +1,12 @@
 """The speed guard in CI: a real-shape model (Qwen2.5-0.5B's shape, random weights) in
-vLLM's compiled mode, the planner's layout against stock as a user runs it (bf16),
-judged against the recorded runs in docs/bench of the same dtypes (zenvllm.bench.guard);
-and, measured in the same run, the plan sabotaged on purpose, without what it gains on
-this CPU (guard.sabotaged: stock's thread binding where both serve bf16, stock's dtype
-where the CPU emulates bf16 and the plan serves float32), which the guard must fail.
-Ratios only: the machine is shared and noisy, absolute figures move. (One run of three
-configurations, not two of two: stock's compiled server is started once.)
+vLLM's compiled mode, the planner's layout against stock in the planner's dtype, judged
+against the recorded runs in docs/bench of the same dtypes (zenvllm.bench.guard); and,
+measured in the same run, the plan sabotaged on purpose, without what makes it faster
+than stock as a user runs it on this CPU (guard.sabotaged: stock's thread binding where
+both serve bf16, bf16 where the CPU emulates it and the plan serves float32), which the
+guard must fail. Ratios only: the machine is shared and noisy, absolute figures move.
+(One run of three configurations, not two of two: stock's compiled server is started
+once.)
 
 The compile caches are kept under $ZENVLLM_CACHE/compile-guard, so after the first
 CI run on a machine every server starts warm.
@@ -37,7 +38,10 @@ BASE_PORT = 8701  # its own: the quick bench uses 8601+, make bench 8401+
 # recorded runs hold the spread).
 WORKLOAD = ["--num-prompts", "16", "--concurrency", "16", "--warmup-prompts", "8"]
 WORKLOAD += ["--repeats", "1", "--batch1-prompts", "0", "--no-restart", "--no-plots"]
-# The plan without what it gains over stock on this CPU (its binding, or its dtype).
+# Stock in the planner's dtype: one emulated bf16 server at most (the sabotaged plan's)
+# on a CPU without bf16, where each costs minutes.
+WORKLOAD += ["--stock-dtype", "plan"]
+# The plan without what makes it faster than stock as a user runs it (bf16) on this CPU.
 SABOTAGED = guard.sabotaged(*dtypes(STOCK_DTYPE, read_host()))
 
 

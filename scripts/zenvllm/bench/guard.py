@@ -3,18 +3,18 @@ must keep the advantage the recorded runs showed, less their measured spread.
 
 Only ratios are compared (these machines are noisy; absolute figures move with the
 load), and only against recorded runs of the same model on as many CPUs, in vLLM's
-compiled mode, with stock and the plan in the same dtypes as this run's: stock serves
-bf16 as a user runs the model, the plan what the CPU computes (core/dtype.py). So on a
-CPU with bf16 in hardware the ratio is the layout's, and on one that emulates bf16 it is
-the layout's and float32's together, each against its own kind of run. The floor is the
-lowest ratio a recorded repeat reached less the spread of all recorded repeats (across
-runs and machines), so a run as good as the recorded ones passes and a planner that lost
-its advantage fails.
+compiled mode, with stock and the plan in the same dtypes as this run's. CI gives stock
+the planner's (`zenvllm bench --stock-dtype plan`): the ratio is the layout's alone,
+and where the CPU emulates bf16 (the planner serves float32 there: core/dtype.py) it
+is judged against runs recorded on that path. The floor is the lowest ratio a recorded
+repeat reached less the spread of all recorded repeats (across runs and machines), so a
+run as good as the recorded ones passes and a planner that lost its advantage fails.
 
     python -m zenvllm.bench.guard OUT [--recorded docs/bench] [--config auto]
 
 --config judges another configuration of the run as if it were the plan: CI's sabotaged
-plan (sabotaged(): the plan without what it gains on this CPU) must fail.
+plan (sabotaged(): the plan without what makes it faster than stock on this CPU) must
+fail.
 """
 
 from __future__ import annotations
@@ -51,11 +51,12 @@ def dtypes(meta: dict) -> tuple[str, str]:
 
 
 def sabotaged(stock_dtype: str, plan_dtype: str) -> str:
-    """The plan without what it gains over stock where stock serves `stock_dtype` and the
-    plan `plan_dtype`. In one dtype its gain is the layout, most of it the thread
-    binding: the plan with stock's. Where the plan serves float32 because the CPU
-    emulates bf16, its gain is the dtype (the layout gained 0.99x there, measured under
-    the AVX2 view on 2 cores: docs/test-runs): the plan in stock's dtype."""
+    """The plan without what makes it faster than stock as a user runs it (in
+    `stock_dtype`) on a CPU where the planner serves `plan_dtype`. In one dtype that is
+    the layout, most of it the thread binding: the plan with stock's. Where the planner
+    serves float32 because the CPU emulates bf16, it is the dtype (there the layout
+    measured 0.99x stock's at one dtype, under the AVX2 view on 2 cores: docs/test-runs):
+    the plan in stock's dtype."""
     return "auto-stock-bind" if stock_dtype == plan_dtype else "auto-stock-dtype"
 
 
