@@ -21,7 +21,8 @@ process the suite starts, wherever it runs:
   /usr/local/sbin/runc, first on their containerd's PATH, so the runc their Docker
   installs stays Debian's own.
 The kernel still offers this machine's other features to code that asks the CPU
-itself (cpuid), and its cores keep their speed: the result is the path's work, not a
+itself (cpuid, AMX's tile permission: the real /proc/cpuinfo is kept beside the view
+for the tests that ask), and its cores keep their speed: the result is the path's work, not a
 Zen 3's timing. `off` removes the mounts and the directory; nothing else is changed.
 """
 
@@ -162,6 +163,9 @@ def on() -> None:
         sys.exit(f"{VIEW} exists and this tool did not make it; move it away")
     VIEW.mkdir(parents=True, exist_ok=True)
     (VIEW / MARK_FILE).write_text(MARK)
+    # The CPU's own, for what the view cannot hide: the kernel offers AMX whatever
+    # /proc/cpuinfo says (tests/support/cpu.py: has_amx).
+    shutil.copyfile("/proc/cpuinfo", VIEW / cpu.REAL_CPUINFO)
     (VIEW / "cpuinfo").write_text(cpu.fake_cpuinfo("amd-zen3-avx2", len(cpu.this_host().cpus)))
     (VIEW / "python").mkdir(exist_ok=True)
     (VIEW / "log").mkdir(exist_ok=True)

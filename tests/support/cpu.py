@@ -13,21 +13,23 @@ from pathlib import Path
 from zenvllm.core.host import Host
 from zenvllm.core.topology import read_host
 
+REAL_CPUINFO = "real-cpuinfo"  # the AVX2 view's copy of the CPU's own /proc/cpuinfo
+
 
 def this_host() -> Host:
     return read_host(Path("/"))
 
 
-def cpuinfo_field(name: str) -> str:
+def cpuinfo_field(name: str, cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     """One field of the first processor in /proc/cpuinfo, read here apart from the
     product's own reader."""
-    first = Path("/proc/cpuinfo").read_text().split("\n\n")[0]
+    first = cpuinfo.read_text().split("\n\n")[0]
     line = next(ln for ln in first.splitlines() if ln.split(":")[0].strip() == name)
     return line.split(":", 1)[1].strip()
 
 
-def cpuinfo_flags() -> set[str]:
-    return set(cpuinfo_field("flags").split())
+def cpuinfo_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
+    return set(cpuinfo_field("flags", cpuinfo).split())
 
 
 def serving_dtype() -> str:
@@ -36,9 +38,14 @@ def serving_dtype() -> str:
 
 
 def has_amx() -> bool:
-    """What the kernel should offer here: AMX in cpuinfo on Linux 5.16 or newer."""
+    """What the kernel should offer here: AMX in the CPU's flags on Linux 5.16 or newer.
+    Under the AVX2 view (tests/support/avx2_machine.py) /proc/cpuinfo is a Zen 3's but
+    the kernel still grants the CPU's AMX: the flags come from the real cpuinfo the view
+    kept."""
     release = tuple(int(n) for n in os.uname().release.split("-")[0].split(".")[:2])
-    return "amx_tile" in this_host().flags and release >= (5, 16)
+    real = Path(os.environ.get("ZENVLLM_TEST_AVX2_VIEW", "/nonexistent")) / REAL_CPUINFO
+    flags = cpuinfo_flags(real) if real.is_file() else this_host().flags
+    return "amx_tile" in flags and release >= (5, 16)
 
 
 def zentorch_active() -> bool:

@@ -677,8 +677,9 @@ def test_an_eager_run_leaves_the_pipeline_out_and_says_why():
 
 
 def test_the_roofline_compares_weight_bytes_streamed_with_the_cores_bandwidth():
+    one_gb = replace(TINY, weight_bytes=10**9)
     configs, _ = layouts.resolve(
-        ["stock", "auto", "vllm-dp", "gateway"], host("vm-milan-8vcpu-avx2"), TINY, 8401, 512
+        ["stock", "auto", "vllm-dp", "gateway"], host("vm-milan-8vcpu-avx2"), one_gb, 8401, 512
     )
     by_name = {c.name: c for c in configs}
     summaries = [
@@ -698,8 +699,23 @@ def test_the_roofline_compares_weight_bytes_streamed_with_the_cores_bandwidth():
         "batch1_percent": None,
     }
     cores = [len(layouts.cpu_ids(s.omp_bind)) for s in by_name["auto"].servers]
-    assert rows["auto"]["weight_gbs"] == 20.0  # per instance: each reads its own weights
+    # Per instance: each reads its own weights, in float32 on this AVX2-only host (twice
+    # the stored bf16 bytes; stock serves bf16).
+    assert rows["auto"]["weight_gbs"] == 40.0
     assert rows["auto"]["bandwidth_gbs"] == round(2.5 * sum(cores) / len(cores), 2)
     assert rows["vllm-dp"]["bandwidth_gbs"] == rows["auto"]["bandwidth_gbs"]  # a rank a slice
     assert "gateway" not in rows  # no servers of its own to measure against
     assert roofline.roofline(summaries, configs, {**meta, "weight_bytes": 0}) == []  # size unknown
+
+
+def test_a_server_in_float32_counts_twice_the_bf16_bytes_per_step():
+    """On an AVX2-only host the planner serves float32: each decode step streams twice
+    the stored bf16 weights, and the roofline counts those; stock in bf16 keeps them."""
+    names = ["stock", "auto"]
+    configs, _ = layouts.resolve(names, host("vm-milan-8vcpu-avx2"), TINY, 8401, 512)
+    stock, auto = configs
+    assert stock.servers[0].weight_bytes == 0  # --model's, as stored
+    assert {s.weight_bytes for s in auto.servers} == {2 * TINY.weight_bytes}
+    assert roofline.step_bytes(auto, TINY.weight_bytes) == 2 * TINY.weight_bytes
+    on_zen4, _ = layouts.resolve(names, host("test-machine-zen4-2cpu"), TINY, 8401, 512)
+    assert {s.weight_bytes for c in on_zen4 for s in c.servers} == {0}

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from zenvllm.core.container import placement
 from zenvllm.core.cores import usable_cores
+from zenvllm.core.dtype import served_model
 from zenvllm.core.errors import PlanError, UserError
 from zenvllm.core.host import Host
 from zenvllm.core.model import Model
@@ -155,7 +156,9 @@ class Server:
     dtype: str = ""
     gguf: str = ""  # llamacpp: the GGUF type of the weights it serves
     model_dir: str = ""  # another copy of the weights (--weights NAME=DIR); "": --model's
-    weight_bytes: int = 0  # that copy's bytes per decode step; 0: --model's
+    # The bytes a decode step reads where they are not --model's as stored (another copy
+    # of the weights, or another dtype: float32 doubles bf16's); 0: --model's.
+    weight_bytes: int = 0
     # A planner layout's instance, whose container (core.container) the bench runs.
     instance: Instance | None = field(default=None, compare=False, repr=False)
 
@@ -261,6 +264,14 @@ def servers_of(plan: Plan) -> tuple[Server, ...]:
         )
         for i in plan.instances
     )
+
+
+def in_dtype(server: Server, model: Model) -> Server:
+    """The vLLM server with the bytes a decode step reads in the dtype it serves, where
+    they are not `model`'s as stored: the roofline counts what is streamed."""
+    dtype = server.instance.dtype if server.instance else server.dtype
+    served = served_model(model, dtype).weight_bytes if dtype else model.weight_bytes
+    return server if served == model.weight_bytes else replace(server, weight_bytes=served)
 
 
 def with_env(server: Server, env: dict[str, str]) -> Server:
@@ -389,7 +400,7 @@ def weights_configs(
             continue
         label = w.model.quantization.label if w.model.quantization else "unquantized"
         servers = tuple(
-            replace(s, model_dir=w.path, weight_bytes=w.model.weight_bytes)
+            in_dtype(replace(s, model_dir=w.path, weight_bytes=w.model.weight_bytes), w.model)
             for s in servers_of(plan)
         )
         summary = f"{spec.summary}, on {w.model.name} ({label})"
@@ -422,9 +433,8 @@ def resolve(
     for name in sorted(names, key=list(SPECS).index):  # the planner's own first
         spec = SPECS[name]
         if spec.kind == "stock":
-            config = Configuration(
-                name, spec.kind, spec.summary, spec.target, (stock_server(base_port, stock_dtype),)
-            )
+            server = in_dtype(stock_server(base_port, stock_dtype), model)
+            config = Configuration(name, spec.kind, spec.summary, spec.target, (server,))
         elif spec.kind == "gateway":
             config = Configuration(name, spec.kind, spec.summary, spec.target)
         elif spec.kind == "llamacpp":
@@ -438,10 +448,13 @@ def resolve(
             except PlanError as err:
                 notes.append(f"{name}: skipped on this host: {err}")
                 continue
-            servers = (
-                (ranks_server(plan, base_port, spec.kind),)
-                if spec.kind in RANK_FLAGS
-                else tuple(with_env(s, dict(spec.env)) for s in servers_of(plan))
+            servers = tuple(
+                in_dtype(s, model)
+                for s in (
+                    (ranks_server(plan, base_port, spec.kind),)
+                    if spec.kind in RANK_FLAGS
+                    else tuple(with_env(s, dict(spec.env)) for s in servers_of(plan))
+                )
             )
             config = Configuration(
                 name, spec.kind, spec.summary, spec.target, servers, serve_env=spec.env

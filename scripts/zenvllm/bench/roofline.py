@@ -195,7 +195,8 @@ def roofline_table(rows: list[dict], meta: dict) -> str:
     batch1 = has_batch1(rows)
     lines = [
         f"Roofline: weight bytes streamed per instance ({meta['weight_bytes'] / 1e9:.2f} GB "
-        f"per decode step / median TPOT) against its cores x {meta['core_bandwidth_gbs']:g} "
+        f"per decode step as stored, in the dtype each configuration serves / median TPOT) "
+        f"against its cores x {meta['core_bandwidth_gbs']:g} "
         f"GB/s per core with every core busy ({meta.get('bandwidth_source') or 'unknown'}).",
     ]
     if batch1:
