@@ -131,7 +131,7 @@ def test_each_pair_of_dtypes_is_judged_against_runs_of_that_pair_only(recorded, 
     ok, sentence = guard.judge(mixed, [*recorded, avx2])
     assert not ok and sentence.startswith("speed guard FAILED: auto / stock = 1.792x")
     assert "stock in bfloat16 and the plan in float32, in 1 run(s)" in sentence
-    assert guard.judge(with_dtypes(half_b, "bfloat16", "float32", 2), [*recorded, avx2])[0]
+    assert guard.judge(avx2, [*recorded, avx2])[0]  # a run as good as the recorded one
     assert guard.judge(half_b, [*recorded, avx2])[0]  # bf16 runs keep their own floor
 
 

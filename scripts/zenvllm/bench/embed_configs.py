@@ -132,6 +132,4 @@ def serves(config: Configuration, infinity_version: str) -> str:
     """What a configuration's servers compute, in words, for the table."""
     if config.kind == PEER:
         return f"infinity-emb {infinity_version}, ONNX Runtime float32 (optimised graph)"
-    first = config.servers[0]
-    dtype = first.instance.dtype if first.instance else "bfloat16"  # stock: --dtype bfloat16
-    return f"vLLM {dtype}, --runner pooling"
+    return f"vLLM {config.servers[0].served_dtype}, --runner pooling"

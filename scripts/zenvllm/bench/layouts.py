@@ -162,6 +162,11 @@ class Server:
     # A planner layout's instance, whose container (core.container) the bench runs.
     instance: Instance | None = field(default=None, compare=False, repr=False)
 
+    @property
+    def served_dtype(self) -> str:
+        """The dtype vLLM serves in: its plan's on a planner layout, else its own --dtype."""
+        return self.instance.dtype if self.instance else self.dtype
+
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "instance"}
 
@@ -203,7 +208,7 @@ class Configuration:
                     (
                         s.cpus,
                         s.omp_bind,
-                        s.instance.dtype if s.instance else s.dtype,
+                        s.served_dtype,
                         s.mems,
                         s.kv_cache_gib,
                         s.gguf,
@@ -269,7 +274,7 @@ def servers_of(plan: Plan) -> tuple[Server, ...]:
 def in_dtype(server: Server, model: Model) -> Server:
     """The vLLM server with the bytes a decode step reads in the dtype it serves, where
     they are not `model`'s as stored: the roofline counts what is streamed."""
-    dtype = server.instance.dtype if server.instance else server.dtype
+    dtype = server.served_dtype
     served = served_model(model, dtype).weight_bytes if dtype else model.weight_bytes
     return server if served == model.weight_bytes else replace(server, weight_bytes=served)
 
