@@ -34,6 +34,7 @@ BACKGROUND := prebuild-hosts:image:ansible prebuild-peer:serve:bench
 
 help:
 	@echo "make deploy MODEL=DIR   build the image and serve MODEL on this host (Ansible)"
+	@echo "make deploy MODELS=\"chat=DIR embed=DIR\"  several models behind one endpoint"
 	@echo "make undeploy           remove what deploy made (the model and the image stay)"
 	@echo "make test               every test tier, as CI runs it"
 	@echo "make test-fast          lint + pure-logic unit tests"
@@ -43,7 +44,7 @@ help:
 	@echo "make bench [MODEL=DIR]  benchmark stock vLLM, the planned layouts and the peers"
 	@echo "make bench-embed        embedding throughput: stock vLLM, the planner, infinity-emb"
 	@echo "make bench-images       image sizes and cold/warm build times"
-	@echo "make package            the wheel and sdist (pip install zenvllm) into dist/"
+	@echo "make package            the wheel and sdist into dist/ (not on PyPI: pip install the wheel)"
 	@echo "make collection         the Ansible collection zenvllm.cpu into dist/"
 
 # Two sets of extras (pyproject.toml): `deploy` serves a model (the CLI and Ansible),
@@ -130,15 +131,28 @@ DEPLOY_IMAGE ?= $(shell $(BIN)/python -c 'from zenvllm.image import render as r;
   c = r.load_config(); print(r.default_tag(c, r.resolve(c, "$(TARGET)", {}, None)))' 2>/dev/null)
 PLAYBOOK = cd ansible && ANSIBLE_HOME=$(CURDIR)/.cache/ansible ../$(BIN)/ansible-playbook playbooks/deploy.yml \
 	  -e zenvllm_docker_host=$(DOCKER_HOST)
+# MODELS="chat=DIR embed=DIR" serves several models behind one endpoint (zenvllm_models,
+# docs/how-to/embeddings.md): handed to the play as a JSON file, since `-e` on make's
+# command line loses a list's quotes.
+MODEL_DIRS = $(if $(MODELS),$(foreach m,$(MODELS),$(lastword $(subst =, ,$(m)))),$(MODEL))
+MODELS_FILE = $(CURDIR)/.cache/deploy-models.json
+DEPLOY_MODELS = $(if $(MODELS),-e @$(MODELS_FILE),-e zenvllm_model_dir=$(abspath $(MODEL)))
 # Listed first, so a missing MODEL is said before anything is installed.
 deploy: model-given venv-deploy planner engine
 	$(MAKE) image TARGET=$(TARGET)
-	$(PLAYBOOK) -e zenvllm_model_dir=$(abspath $(MODEL)) -e zenvllm_image=$(DEPLOY_IMAGE) \
+	$(if $(MODELS),mkdir -p $(dir $(MODELS_FILE)) && $(BIN)/python -c 'import json, sys; \
+	  print(json.dumps({"zenvllm_models": sys.argv[1:]}))' \
+	  $(foreach m,$(MODELS),$(firstword $(subst =, ,$(m)))=$(abspath $(lastword $(subst =, ,$(m))))) > $(MODELS_FILE))
+	$(PLAYBOOK) $(DEPLOY_MODELS) -e zenvllm_image=$(DEPLOY_IMAGE) \
 	  -e zenvllm_instances_target=$(TARGET) $(DEPLOY_ARGS)
 
 model-given:
-	@test -n "$(MODEL)" && test -f "$(MODEL)/config.json" || \
-	  { echo "make deploy: MODEL=$(or $(MODEL),(not set)) must be a model directory with config.json, e.g. make deploy MODEL=/srv/models/Qwen2.5-1.5B-Instruct" >&2; exit 2; }
+	@test -z "$(MODEL)" || test -z "$(MODELS)" || \
+	  { echo "make deploy: give MODEL=DIR (one model) or MODELS=\"NAME=DIR ...\" (several), not both" >&2; exit 2; }
+	@test -n "$(MODEL_DIRS)" || \
+	  { echo "make deploy: MODEL=(not set) must be a model directory with config.json, e.g. make deploy MODEL=/srv/models/Qwen2.5-1.5B-Instruct" >&2; exit 2; }
+	@for d in $(MODEL_DIRS); do test -f "$$d/config.json" || \
+	  { echo "make deploy: $$d must be a model directory with config.json, e.g. make deploy MODEL=/srv/models/Qwen2.5-1.5B-Instruct or MODELS=\"chat=/srv/models/qwen embed=/srv/models/minilm\"" >&2; exit 2; }; done
 
 # Removes the instances, units, env files, seccomp profile, nginx site, sysctl file and
 # fstab line deploy.yml made; keeps the model and the image. DEPLOY_ARGS="--check --diff".

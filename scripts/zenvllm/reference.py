@@ -24,6 +24,7 @@ import yaml
 from zenvllm import cli
 from zenvllm.core import gate
 from zenvllm.image import (
+    playbooks,
     role_gateway,
     role_host,
     role_image,
@@ -285,7 +286,8 @@ def cli_md() -> str:
         "",
         f"<!-- {NOTICE.format(source='the CLI parser (scripts/zenvllm/*/commands_*.py)')} -->",
         "",
-        "`zenvllm` is installed by `pip install zenvllm` (or `make venv` in a checkout). "
+        "`zenvllm` is installed from the wheel `make package` builds (nothing is on PyPI yet: "
+        f"`pip install '{playbooks.WHEEL}[deploy]'`), or by `make venv` in a checkout. "
         "Hosts run the planner's verbs as `python3 -m zenvllm.runtime`. Errors a user can "
         "fix exit 2 with the value, the limit and the fix.",
         "",

@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import ctypes
 import json
+import shutil
 import signal
 import socket
 import ssl
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from conftest import require
+from cryptography import x509
 from support import engine, gateway, prometheus, role_template
 from support.ansible_run import ANSIBLE_DIR, BIN, changed_tasks, planner_zipapp, playbook
 from support.ansible_run import env as ansible_env
@@ -380,6 +382,88 @@ def test_second_run_changes_nothing_and_check_mode_agrees(deployment):
     assert gateway.key(DEPLOYMENT) == key and (base / "tls" / "gateway.crt").read_bytes() == cert
     check = playbook("--check", "--diff", extra_vars=variables)
     assert check.rc == 0 and check.changed() == 0, changed_tasks(check.output)
+
+
+def served_certificate() -> x509.Certificate:
+    """The certificate the gateway presents in its TLS handshake."""
+    pem = ssl.get_server_certificate(("127.0.0.1", GATEWAY))
+    return x509.load_pem_x509_certificate(pem.encode())
+
+
+def dns_names(cert: x509.Certificate) -> list[str]:
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    return names.get_values_for_type(x509.DNSName)
+
+
+def days_left(cert: x509.Certificate) -> float:
+    return (cert.not_valid_after_utc - datetime.now(UTC)).total_seconds() / 86400
+
+
+def test_the_certificate_is_renewed_near_its_end_and_when_a_name_is_added(deployment):
+    """A name added is in the next run's certificate; a certificate inside its renewal
+    window (a short-lived one: 10 days, the window 30) is renewed by every run; back at the
+    defaults, the next run renews it for a year and the one after changes nothing. Clients
+    trust the deployment's CA, which never changes: the same CA file and key work all
+    along. The expiry reaches a real Prometheus, where the monitoring role's own rule
+    fires ZenvllmCertificateExpiring for the short-lived one and lets it go after."""
+    base, variables = deployment
+    ca, key = gateway.ca(DEPLOYMENT).read_bytes(), gateway.key(DEPLOYMENT)
+    first = served_certificate()
+    assert days_left(first) > 300
+    textfiles = base / "certificate-textfile"
+    textfiles.mkdir()
+    metric = {"zenvllm_gateway_expiry_textfile": str(textfiles / "gateway.prom")}
+    short = {
+        **variables,
+        **UPSTREAMS,
+        **metric,
+        "zenvllm_gateway_tls_days": 10,
+        "zenvllm_gateway_tls_names": ["DNS:api.zenvllm.test"],
+    }
+    rules = role_template.render(MONITORING, "zenvllm.rules.yml.j2")
+    expiring = 'ALERTS{alertname="ZenvllmCertificateExpiring",alertstate="firing"}'
+    with prometheus.watching(textfiles, rules) as prom:
+        served = []
+        for _ in range(2):  # the name added; then inside the renewal window
+            run = playbook("--tags", "gateway", extra_vars=short)
+            assert run.rc == 0 and run.failed() == 0, run.failures()
+            served.append(served_certificate())
+            assert "api.zenvllm.test" in dns_names(served[-1])
+            assert 9 < days_left(served[-1]) <= 10
+            assert gateway.request(f"{URL}/v1/models", DEPLOYMENT)[0] == 200
+        assert len({c.serial_number for c in (first, *served)}) == 3  # renewed twice
+        (alert,) = prom.wait(expiring, 60)
+        assert alert["metric"]["deployment"] == DEPLOYMENT
+        back = playbook("--tags", "gateway", extra_vars={**variables, **UPSTREAMS, **metric})
+        assert back.rc == 0 and back.failed() == 0, back.failures()
+        renewed = served_certificate()
+        assert days_left(renewed) > 300 and "api.zenvllm.test" not in dns_names(renewed)
+        prom.wait("zenvllm_gateway_certificate_expiry_seconds > time() + 300 * 86400", 60)
+        deadline = time.monotonic() + 60
+        while prom.query(expiring):
+            assert time.monotonic() < deadline, "ZenvllmCertificateExpiring still fires"
+            time.sleep(1)
+    again = playbook("--tags", "gateway", extra_vars={**variables, **UPSTREAMS, **metric})
+    assert again.rc == 0 and again.changed() == 0, changed_tasks(again.output)
+    assert served_certificate().serial_number == renewed.serial_number
+    # What clients hold never changed.
+    assert gateway.ca(DEPLOYMENT).read_bytes() == ca and gateway.key(DEPLOYMENT) == key
+
+
+def test_a_second_controller_with_the_same_key_store_changes_no_client_key(deployment, tmp_path):
+    """The key store copied to another controller's directory (as an operator shares it)
+    and named there: its run changes nothing on the host, no client key is minted or
+    changed, and clients keep working with what they hold."""
+    _, variables = deployment
+    store = tmp_path / "controller-2" / DEPLOYMENT
+    shutil.copytree(gateway.SECRETS / DEPLOYMENT, store)
+    held = {p.name: p.read_bytes() for p in (store / "keys").iterdir()}
+    second = {**variables, **UPSTREAMS, "zenvllm_gateway_secrets_dir": str(store)}
+    run = playbook("--tags", "gateway", extra_vars=second)
+    assert run.rc == 0 and run.changed() == 0, changed_tasks(run.output)
+    assert {p.name: p.read_bytes() for p in (store / "keys").iterdir()} == held
+    assert (store / "localhost-ca.pem").read_bytes() == gateway.ca(DEPLOYMENT).read_bytes()
+    assert gateway.request(f"{URL}/v1/models", DEPLOYMENT)[0] == 200
 
 
 def test_a_site_zenvllm_did_not_write_is_refused_untouched(deployment, tmp_path):

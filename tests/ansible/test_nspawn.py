@@ -26,6 +26,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -183,8 +184,9 @@ def hosts(tmp_path_factory):
         operators_own_engine(machines[1], archive)
         variables = {
             "zenvllm_image": STANDIN,
-            "zenvllm_image_source": "archive",
-            "zenvllm_image_archive": archive,
+            # The image role's default source (auto): the hosts lack the image, so the play
+            # ships it from this controller's engine as an archive.
+            "zenvllm_image_controller_dir": str(work / "controller-images"),
             "zenvllm_model_dir": "/srv/models/tiny-llama",
             # The model travels from the controller: rsync, verified against its manifest.
             "zenvllm_model_src": str(ensure_tiny_model()),
@@ -250,6 +252,21 @@ def test_deploy_then_second_run_changes_nothing(hosts):
     assert again.rc == 0 and again.changed() == 0, changed_tasks(again.output)
     check = deploy(inventory, variables, "--check", "--diff")
     assert check.rc == 0 and check.changed() == 0, changed_tasks(check.output)
+
+
+def test_the_image_the_hosts_lacked_was_shipped_from_the_controller(hosts):
+    """source=auto: the controller saved its engine's image once, and each host that
+    lacked it received that archive and loaded it."""
+    _, inventory, variables = hosts
+    image_id = engine.docker("image", "inspect", "--format", "{{.Id}}", STANDIN).stdout.strip()
+    name = f"zenvllm_standin_test-{image_id.removeprefix('sha256:')[:12]}.tar"
+    saved = Path(variables["zenvllm_image_controller_dir"]) / name
+    assert saved.is_file()
+    for machine in NAMES:
+        host = infra(inventory, machine)
+        assert host.file(f"/var/lib/zenvllm/images/{name}").size == saved.stat().st_size
+        loaded = host.check_output(f"docker image inspect --format '{{{{.Id}}}}' {STANDIN}")
+        assert loaded == image_id
 
 
 def test_the_engine_is_the_hosts_own_and_installed_only_where_there_was_none(hosts, theirs_before):
@@ -323,7 +340,7 @@ def test_the_gateway_is_closed_and_the_only_listener_off_loopback(hosts, name):
     assert "0.0.0.0:443" in outside
     assert outside <= {"0.0.0.0:443", "0.0.0.0:22", "[::]:22", "*:22"}, outside  # and ssh
     key = (SECRETS / "zenvllm" / "keys" / "default").read_text().strip()
-    ca = "/etc/zenvllm/tls/gateway.crt"
+    ca = "/etc/zenvllm/tls/ca.pem"
     assert (SECRETS / "zenvllm" / f"{name}-ca.pem").read_text() == host.file(ca).content_string
     assert host.file("/etc/zenvllm/tls/gateway.key").mode == 0o600
 

@@ -1,4 +1,4 @@
-"""`pip install zenvllm` as an operator does it: a wheel built from the project
+"""`pip install` of the zenvllm wheel as an operator does it: a wheel built from the project
 (`python -m build`), installed into a fresh venv, run in an empty directory with no
 checkout on its path. The CLI finds its templates, build.yaml and roles as package
 data, and builds the same image the checkout builds.

@@ -84,7 +84,7 @@ class Fleet:
 
     @property
     def ca(self) -> str:
-        """The gateway's self-signed certificate, as the controller keeps it for clients."""
+        """The certificate clients trust (the deployment's CA), as the controller keeps it."""
         return str(SECRETS / self.deployment / "localhost-ca.pem")
 
     def ports(self, n: int = 2) -> list[int]:

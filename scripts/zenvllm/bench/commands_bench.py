@@ -23,6 +23,7 @@ from zenvllm.core.host import GIB, Host
 from zenvllm.core.model import Model, read_model
 from zenvllm.core.topology import read_host
 from zenvllm.image import baseimage, outputs, peers, render
+from zenvllm.image.playbooks import BENCH_EXTRA
 from zenvllm.runtime.engine import DOCKER
 
 DEFAULT_MAX_MODEL_LEN = 512
@@ -278,7 +279,7 @@ def convert_for_peers(configs: list[layouts.Configuration], model_dir: Path) -> 
     except ImportError as err:
         raise UserError(
             f"the llama.cpp configurations need {err.name} to write GGUF: "
-            "pip install 'zenvllm[bench]', or leave llamacpp out of --configs"
+            f"install the bench extra ({BENCH_EXTRA}), or leave llamacpp out of --configs"
         ) from None
     files = {}
     for kind in kinds:

@@ -17,6 +17,7 @@ from zenvllm.bench.layouts import ACCEPTANCE_RATIO, PLANNER, STOCK, Configuratio
 from zenvllm.bench.results import Run, Summary
 from zenvllm.bench.roofline import OVER, cached_note, over, percent_text, roofline_table
 from zenvllm.core.errors import UserError
+from zenvllm.image.playbooks import BENCH_EXTRA
 
 # -- writers -----------------------------------------------------------------
 
@@ -250,7 +251,8 @@ def pyplot() -> ModuleType:
         import matplotlib.pyplot as plt
     except ImportError as err:
         raise UserError(
-            f"plots need matplotlib ({err}); pip install 'zenvllm[bench]' or pass --no-plots"
+            f"plots need matplotlib ({err}); install the bench extra ({BENCH_EXTRA}) "
+            "or pass --no-plots"
         ) from None
     return plt
 

@@ -16,10 +16,14 @@ import shutil
 import sys
 from pathlib import Path
 
+from zenvllm import __version__
 from zenvllm.core.errors import UserError
 from zenvllm.image import data
 
-INSTALL = "install the deploy extra (pip install 'zenvllm[deploy]')"
+# Nothing is on PyPI under zenvllm's name yet: the wheel comes from `make package`.
+WHEEL = f"dist/zenvllm-{__version__}-py3-none-any.whl"
+INSTALL = f"install zenvllm's deploy extra (make package; pip install '{WHEEL}[deploy]')"
+BENCH_EXTRA = f"make venv in a checkout, or pip install '{WHEEL}[bench]'"
 MISSING = f"zenvllm's playbooks need ansible-playbook; {INSTALL}"
 
 

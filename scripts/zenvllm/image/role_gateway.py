@@ -12,7 +12,7 @@ KEYS, TLS, LIMITS, SITE = "Client keys", "TLS", "Limits per key", "The site"
 VARIABLES = (
     own(
         "packages",
-        ("nginx", "openssl"),
+        ("nginx",),
         "Debian's nginx in front of the instances; the only listener off loopback.",
         NGINX,
         description="nginx packages from the distribution.",
@@ -204,9 +204,9 @@ VARIABLES = (
         "tls",
         True,
         "TLS at the edge: the operator's certificate and key (paths on the host), or "
-        "else a self-signed pair the role makes once in zenvllm_gateway_tls_dir and "
-        "keeps. Plain HTTP on the listener gets a redirect to HTTPS. false: plain HTTP, "
-        "warned.",
+        "else a pair the deployment's own CA signs (community.crypto, on the controller, "
+        "in zenvllm_gateway_secrets_dir/tls), installed in zenvllm_gateway_tls_dir. Plain "
+        "HTTP on the listener gets a redirect to HTTPS. false: plain HTTP, warned.",
         TLS,
         description="Serve HTTPS (plain HTTP on the listener is redirected); false serves plain "
         "HTTP, warned about in the play output.",
@@ -231,19 +231,50 @@ VARIABLES = (
         "/etc/zenvllm/tls",
         "",
         TLS,
-        description="Where the self-signed pair is made once and kept (removed by "
+        description="Where the host keeps the CA-signed pair the role installs (removed by "
         "zenvllm_state=absent).",
         type="path",
     ),
     own(
         "tls_names",
         (),
-        "Names and addresses the self-signed certificate is valid for, beside "
-        "localhost, 127.0.0.1 and the host's names (add a floating IP or DNS name).",
+        "Names and addresses the certificate is valid for, beside localhost, 127.0.0.1, "
+        "the host's names and the addresses the inventory gives it (ansible_host: a "
+        "floating IP). A name added later is in the certificate the next run makes.",
         TLS,
-        description="Extra subjectAltName entries of the self-signed certificate, e.g. "
-        "DNS:api.example.com or IP:203.0.113.7 (localhost, 127.0.0.1 and the host's "
-        "names are always in).",
+        description="Extra subjectAltName entries of the gateway's certificate, e.g. "
+        "DNS:api.example.com or IP:203.0.113.7 (localhost, 127.0.0.1, the host's names and "
+        "its inventory addresses are always in); a name added renews the certificate.",
+    ),
+    own(
+        "tls_days",
+        365,
+        "How long a host certificate the role signs is valid, and how many days before "
+        "its end a run renews it (ZenvllmCertificateExpiring fires when a renewal was "
+        "missed: zenvllm_monitoring_certificate_days before the end).",
+        TLS,
+        description="Days a host certificate the role signs is valid.",
+        low=1,
+    ),
+    own(
+        "tls_renew_days",
+        30,
+        "",
+        TLS,
+        description="A run renews the host certificate when it expires within this many days.",
+        low=1,
+    ),
+    own(
+        "expiry_textfile",
+        "",
+        "Where the certificate's expiry goes as a metric, for the node exporter's textfile "
+        'collector (written once that directory exists; "" = none).',
+        TLS,
+        role_default="/var/lib/prometheus/node-exporter/zenvllm-gateway-"
+        "{{ zenvllm_gateway_upstream_name }}.prom",
+        description="The node exporter textfile the certificate's expiry is written to "
+        '(zenvllm_gateway_certificate_expiry_seconds); "" writes none.',
+        type="path",
     ),
     own(
         "requests_per_second",

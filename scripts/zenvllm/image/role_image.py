@@ -10,7 +10,7 @@ from zenvllm.image.role_vars import Role, own, state
 
 IMAGE = "The image"
 BUILD = "source=build: the command and the image target"
-ARCHIVE = "source=archive: the archive on the controller, and where the host keeps it"
+ARCHIVE = "source=auto and archive: the archive on the controller, and where the host keeps it"
 REGISTRY = "source=registry"
 
 VARIABLES = (
@@ -25,17 +25,19 @@ VARIABLES = (
     ),
     own(
         "source",
-        "present",
+        "auto",
         "How the image reaches the host:\n"
+        "  auto     - used where the host has it, else shipped from the controller's engine\n"
+        "             (a `docker save` archive made once per image ID, rsync, `docker load`)\n"
         "  present  - it is already there (built by `make image`, or by hand): only checked\n"
         "  build    - `zenvllm build` on the host (zenvllm must be installed there)\n"
         "  archive  - copy a `docker save` archive from the controller and `docker load` it\n"
         "  registry - `docker pull` from your registry",
         IMAGE,
-        description="How the image reaches the host: present (checked only), build (zenvllm "
-        "build on the host), archive (docker load of a docker save file), registry (docker "
-        "pull).",
-        choices=("present", "build", "archive", "registry"),
+        description="How the image reaches the host: auto (the host's, else shipped from the "
+        "controller's engine as an archive), present (checked only), build (zenvllm build on "
+        "the host), archive (docker load of a docker save file), registry (docker pull).",
+        choices=("auto", "present", "build", "archive", "registry"),
     ),
     own(
         "docker_host",
@@ -67,6 +69,25 @@ VARIABLES = (
         "",
         BUILD,
         description="Extra arguments for zenvllm build (e.g. --wheelhouse DIR).",
+    ),
+    own(
+        "controller_docker_host",
+        "",
+        "source=auto: the controller's engine, which ships an image a host lacks, and where "
+        "the controller keeps its archives (one per image ID; delete old ones at will).",
+        ARCHIVE,
+        role_default="{{ lookup('ansible.builtin.env', 'DOCKER_HOST') }}",
+        description="For source=auto: DOCKER_HOST of the controller's engine (default: the "
+        "controller's DOCKER_HOST, else the default socket).",
+    ),
+    own(
+        "controller_dir",
+        "",
+        "",
+        ARCHIVE,
+        role_default="{{ lookup('ansible.builtin.env', 'HOME') }}/.cache/zenvllm/images",
+        description="For source=auto: where the controller keeps the archives it ships.",
+        type="path",
     ),
     own(
         "archive",

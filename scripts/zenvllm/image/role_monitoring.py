@@ -158,6 +158,16 @@ VARIABLES = (
         "ZenvllmPlacementDrift or ZenvllmBackendFallback fires (Prometheus duration).",
     ),
     own(
+        "certificate_days",
+        14,
+        "Days before a gateway's certificate expires that the alert fires: a re-run of "
+        "deploy.yml renews it earlier (zenvllm_gateway_tls_renew_days), so this means none ran.",
+        THRESHOLDS,
+        description="ZenvllmCertificateExpiring fires when a gateway's certificate expires within "
+        "this many days.",
+        low=1,
+    ),
+    own(
         "alertmanager",
         True,
         "Alertmanager (Debian's prometheus-alertmanager) beside Prometheus: alerts "

@@ -46,14 +46,15 @@ VARIABLES = (
     own(
         "ca_path",
         "",
-        "The certificate to trust: the gateway's self-signed one (an operator's certificate "
-        "is rarely valid for 127.0.0.1, so it is not checked on this loopback request).",
+        "The certificate to trust: the deployment's CA, which signed the gateway's (an "
+        "operator's certificate is rarely valid for 127.0.0.1, so it is not checked on this "
+        "loopback request).",
         CHECKS,
-        role_default="{{ zenvllm_gateway_cert_path | default('') if not "
+        role_default="{{ zenvllm_gateway_ca_path | default('') if not "
         "zenvllm_gateway_tls_cert | default('') else '' }}",
-        description="Certificate to trust on the host; defaults to the gateway's self-signed "
-        "one (empty skips the check, as for an operator's certificate on this loopback "
-        "request).",
+        description="Certificate to trust on the host; defaults to the deployment's CA, which "
+        "signed the gateway's (empty skips the check, as for an operator's certificate on "
+        "this loopback request).",
     ),
     own(
         "models",
