@@ -466,6 +466,20 @@ def test_a_second_controller_with_the_same_key_store_changes_no_client_key(deplo
     assert gateway.request(f"{URL}/v1/models", DEPLOYMENT)[0] == 200
 
 
+def test_an_image_neither_the_host_nor_the_controller_has_is_refused_with_the_fix(deployment):
+    """source=auto, the default: here the host is the controller, so an image its engine
+    lacks can be neither used nor shipped; the play stops at the image role, naming both
+    and the command that builds it, before the instances are touched."""
+    _, variables = deployment
+    before = {name: inspect(name)["Id"] for name in NAMES}
+    missing = {**variables, "zenvllm_image": "zenvllm/not-built:0", "zenvllm_image_source": "auto"}
+    run = playbook("--tags", "image,instances", extra_vars=missing)
+    assert run.rc != 0
+    assert "Image zenvllm/not-built:0 is not on localhost, and the" in run.output
+    assert "zenvllm build --target vllm-openai" in run.output, run.failures()
+    assert {name: inspect(name)["Id"] for name in NAMES} == before
+
+
 def test_a_site_zenvllm_did_not_write_is_refused_untouched(deployment, tmp_path):
     _, variables = deployment
     site = tmp_path / "conf.d" / "theirs.conf"
