@@ -1,5 +1,5 @@
 """The docs as a newcomer meets them: README is a short front door, every relative
-link in README, docs/ and the Ansible READMEs lands on a file (and a heading, for an
+link in every tracked Markdown file lands on a file (and a heading, for an
 `#anchor` into Markdown), and each role has a README in one shape.
 
 The rule for dates in README: a date (YYYY-MM-DD) may appear on one line only, the
@@ -9,7 +9,9 @@ docs/benchmarks.md and CHANGELOG.md; README names no issue number at all."""
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,13 +19,11 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 ROLES = sorted(p for p in (REPO / "ansible" / "roles").iterdir() if p.is_dir())
-PAGES = [
-    README,
-    REPO / "CHANGELOG.md",
-    *sorted((REPO / "docs").rglob("*.md")),
-    REPO / "ansible" / "README.md",
-    *(role / "README.md" for role in ROLES),
-]
+# Every Markdown file git tracks, and each role's README (checked even if one went missing).
+TRACKED = subprocess.run(
+    ["git", "-C", str(REPO), "ls-files", "-z", "*.md"], capture_output=True, text=True, check=True
+).stdout.split("\0")
+PAGES = sorted({*(REPO / f for f in TRACKED if f), *(role / "README.md" for role in ROLES)})
 
 FENCE = re.compile(r"^ *(```|~~~).*?^ *\1", re.M | re.S)
 CODE = re.compile(r"`[^`\n]*`")
@@ -155,3 +155,43 @@ def test_no_page_points_at_a_tracker_its_reader_cannot_open(page):
     text = COMMENT.sub("", page.read_text())
     hits = re.findall(r"\bissues? #?\d+", text, re.I)
     assert not hits, f"{page.name} names the project's issues: {hits}"
+
+
+MACHINE_ROW = re.compile(
+    r"^\| \[(?P<run>[\w.-]+)\]\(bench/[^)]+\) \| (?P<date>[\d-]+) \| (?P<machine>[^|]+) "
+    r"\| (?P<says>[^|]+) \|$",
+    re.M,
+)
+
+
+def test_every_recorded_run_names_its_machine_once_and_what_its_file_says():
+    """benchmarks.md's machine table: one row per docs/bench run, whose last column is
+    what the run's own results.json says of its CPU and whose date is the file's."""
+    rows = {m["run"]: m for m in MACHINE_ROW.finditer((REPO / "docs/benchmarks.md").read_text())}
+    runs = sorted(p.name for p in (REPO / "docs" / "bench").iterdir() if p.is_dir())
+    assert sorted(rows) == runs, f"machine table rows {sorted(rows)} != runs {runs}"
+    for run, row in rows.items():
+        results = REPO / "docs" / "bench" / run / "results.json"
+        if not results.exists():
+            assert row["says"].startswith("no results.json"), row[0]
+            continue
+        meta = json.loads(results.read_text())["meta"]
+        cpu = meta["host"].split(", ")[0]
+        assert row["says"].strip() == f"`{cpu}`", f"{run}: the file says {cpu!r}: {row[0]}"
+        assert meta["date"].startswith(row["date"]), f"{run}: dated {meta['date']}: {row[0]}"
+
+
+def test_the_avx2_view_run_gives_the_repeats_its_files_hold():
+    """The AVX2-view README's table of auto / stock per repeat, against both runs' files."""
+    page = REPO / "docs" / "bench" / "qwen0.5b-avx2-view" / "README.md"
+    rows = re.findall(
+        r"^\| \[[^\]]+\]\(((?:[^)]*/)?)table\.md\)[^|]*\| (\d+) \| ([^|]+) \|$",
+        page.read_text(),
+        re.M,
+    )
+    assert len(rows) == 2, rows
+    for where, repeats, ratios in rows:
+        runs = json.loads((page.parent / where / "results.json").read_text())["runs"]
+        tok = {(r["config"], r["repeat"]): r["output_tok_s"] for r in runs}
+        want = [f"{tok['auto', k] / tok['stock', k]:.3f}x" for k in range(1, int(repeats) + 1)]
+        assert ratios.strip().split(", ") == want, (where, ratios, want)
