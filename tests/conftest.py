@@ -51,12 +51,14 @@ WORKERS = {
         "test_e2e": SECOND,
         "test_tensor_parallel": SECOND,
         "test_nspawn": SECOND,
+        "test_tutorial": SECOND,
     },
     "serve": {
         "test_serve": FIRST,
         "test_quantized": FIRST,
         "test_model_parallel": SECOND,
         "test_embeddings": SECOND,
+        "test_docs_serve": SECOND,
     },
     "image": {
         "test_build": FIRST,

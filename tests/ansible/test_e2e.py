@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from conftest import require
 from cryptography import x509
-from support import engine, gateway, prometheus, readme, role_template
+from support import engine, gateway, prometheus, role_template
 from support.ansible_run import ANSIBLE_DIR, BIN, changed_tasks, planner_zipapp, playbook
 from support.ansible_run import env as ansible_env
 from support.nspawn import NETWORKS
@@ -315,23 +315,6 @@ def test_a_burst_over_the_limit_gets_429_with_retry_after(deployment):
     assert limited.get("Retry-After") == "1"
     time.sleep(3)
     assert gateway.request(f"{URL}/v1/models", DEPLOYMENT)[0] == 200
-
-
-@pytest.mark.parametrize("name", ["readme-call", "tutorial-call"])
-def test_the_docs_call_the_endpoint_as_written(deployment, name):
-    """README's and the tutorial's curl, as written but for what differs here: this
-    deployment's key store, its port and its model's name (support/readme.py)."""
-    done = readme.run(
-        name,
-        {
-            "~/.config/zenvllm/zenvllm": str(gateway.SECRETS / DEPLOYMENT),
-            "https://localhost/": f"https://localhost:{GATEWAY}/",
-            "Qwen2.5-1.5B-Instruct": "tiny-llama",
-        },
-    )
-    assert done.returncode == 0, done.stderr
-    answer = json.loads(done.stdout)
-    assert answer["model"] == "tiny-llama" and 1 <= answer["usage"]["completion_tokens"] <= 16
 
 
 def test_the_openai_client_completes_streams_and_lists_models(deployment):

@@ -17,8 +17,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import require, require_tool
-from support import cpu, engine
+from conftest import REPO, require, require_tool
+from support import cpu, engine, readme
 from support.tiny_model import ensure_tiny_model
 
 from zenvllm.core.accelerators import pace_state
@@ -205,6 +205,21 @@ def _completion(port: int) -> dict | None:
         return engine.http_json(f"http://127.0.0.1:{port}/v1/completions", body, timeout=30)
     except OSError:
         return None
+
+
+def test_make_image_as_the_images_page_says_finds_both_images_built(openai_image, zen_image):
+    """docs/how-to/images.md's `make image` lines from the checkout's root, as written,
+    after this module built both: each is a layer-cache hit that tags the same image."""
+
+    def image_id(tag: str) -> str:
+        return engine.docker("image", "inspect", "--format", "{{.Id}}", tag).stdout.strip()
+
+    ids = {tag: image_id(tag) for tag in (openai_image, zen_image)}
+    done = readme.run("make-image", cwd=REPO, env=engine.engine_env(), timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert {tag: image_id(tag) for tag in ids} == ids
+    for tag in ids:
+        assert f"build: {tag} " in done.stdout
 
 
 def test_zen_image_has_zentorch_at_the_matrix_version(zen_image):
