@@ -14,6 +14,7 @@ from zenvllm.runtime import (
     commands_doctor,
     commands_model,
     commands_plan,
+    commands_revision,
     commands_status,
     console,
 )
@@ -25,6 +26,7 @@ VERBS = (
     commands_doctor,
     commands_calibrate,
     commands_model,
+    commands_revision,
     commands_image,
     commands_embed,  # `bench`: commands_bench's verb, `--embed` to the embedding bench
 )

@@ -27,6 +27,7 @@ from cryptography import x509
 from support import engine, gateway, prometheus, role_template
 from support.ansible_run import ANSIBLE_DIR, BIN, changed_tasks, planner_zipapp, playbook
 from support.ansible_run import env as ansible_env
+from support.load import BackgroundLoad
 from support.nspawn import NETWORKS
 from support.tiny_model import ensure_tiny_model
 
@@ -37,6 +38,7 @@ from zenvllm.runtime.health import healthy
 pytestmark = pytest.mark.ansible
 
 IMAGE = "zenvllm/vllm-openai:0.32.0"
+BROKEN = "zenvllm/vllm-openai:does-not-start"  # the bad upgrade's image
 GATEWAY = 18000
 PORTS = (18001, 18002)
 DEPLOYMENT = "zenvllm-e2e"  # its own names: other deployments may share the engine
@@ -106,6 +108,7 @@ def deployment(tmp_path_factory):
         "zenvllm_instances_lib_dir": str(base / "lib"),
         "zenvllm_instances_seccomp_profile": str(base / "etc" / "seccomp-numa.json"),
         "zenvllm_instances_compile_cache_dir": str(base / "compile"),
+        "zenvllm_instances_revisions_dir": str(base / "revisions" / DEPLOYMENT),
         "zenvllm_planner": str(planner),
         "zenvllm_gateway_listen": f"0.0.0.0:{GATEWAY}",
         "zenvllm_gateway_site_path": str(SITE),
@@ -537,6 +540,7 @@ def test_an_interrupted_deploy_leaves_whole_files_and_undeploy_removes_it(deploy
         "zenvllm_instances_seccomp_profile": str(etc / "seccomp-numa.json"),
         "zenvllm_gateway_site_path": str(tmp_path / "site.conf"),
         "zenvllm_gateway_tls_dir": str(tmp_path / "tls"),
+        "zenvllm_instances_revisions_dir": str(tmp_path / "revisions" / name),
     }
     label = f"label=zenvllm.deployment={name}"
     proc = subprocess.Popen(
@@ -659,6 +663,88 @@ def test_a_new_configuration_rolls_out_one_at_a_time_and_restarts_warm(deploymen
     )
     assert phases[1] < phases[0], phases
     assert completion("tiny-v2")["usage"]["completion_tokens"] == 8
+
+
+def revisions_listed(base: Path) -> list[str]:
+    """`zenvllm revision list` on the host, as an operator reads it, newest first."""
+    argv = ["python3", "-m", "zenvllm.runtime", "revision", "list"]
+    argv += ["--dir", str(base / "revisions" / DEPLOYMENT)]
+    env = {**engine.engine_env(), "PYTHONPATH": str(base / "lib" / "zenvllm.pyz")}
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, check=True)
+    return done.stdout.splitlines()
+
+
+def image_id(ref: str) -> str:
+    return engine.docker("image", "inspect", "--format", "{{.Id}}", ref).stdout.strip()
+
+
+def test_a_bad_image_stops_at_its_first_instance_and_a_rollback_serves_the_last_revision(
+    deployment,
+):
+    """An upgrade to an image that does not start, under load through the gateway: the
+    rollout stops at the first instance (out of rotation, its /health never answers within
+    the timeout), the other serves every request, and the attempt stays on record,
+    pending. `-e zenvllm_rollback=true` rolls the last deployed revision out again: both
+    instances run its image, the requests never failed, and `zenvllm status` names the
+    revision, a rollback to the one that served."""
+    base, variables = deployment
+    serving = {
+        **variables,
+        "zenvllm_instances_serve_args": [],
+        "zenvllm_instances_served_model_name": "tiny-v2",
+    }
+    (before,) = [line for line in revisions_listed(base) if line.startswith("* ")]
+    number = int(before.split()[2])
+    good = {name: inspect(name)["Image"] for name in NAMES}
+    assert set(good.values()) == {image_id(IMAGE)}
+    made = engine.docker("create", IMAGE).stdout.strip()
+    engine.docker("commit", "--change", 'ENTRYPOINT ["/bin/false"]', made, BROKEN)
+    engine.docker("rm", made)
+    key, cafile = gateway.key(DEPLOYMENT), str(gateway.ca(DEPLOYMENT))
+    load = BackgroundLoad(
+        URL,
+        "tiny-v2",
+        requests=100_000,
+        concurrency=2,
+        max_tokens=4,
+        pause=0.5,
+        headers={"Authorization": f"Bearer {key}"},
+        cafile=cafile,
+    ).start()
+    try:
+        load.wait_for(5)
+        upgrade = {
+            **serving,
+            "zenvllm_image": BROKEN,
+            "zenvllm_image_source": "present",
+            "zenvllm_instances_health_timeout": 30,
+        }
+        bad = playbook(extra_vars=upgrade)
+        assert bad.rc != 0 and f"Wait for /health of {NAMES[0]}" in bad.failures(), bad.output[
+            -3000:
+        ]
+        assert inspect(NAMES[1])["Image"] == good[NAMES[1]]  # never reached
+        assert revisions_listed(base)[0].startswith(f"  revision {number + 1} (pending; ")
+        back = playbook(extra_vars={**serving, "zenvllm_rollback": True})
+        assert back.rc == 0 and back.failed() == 0, back.failures()
+        assert f"rolling back to revision {number} (deployed" in back.output
+        sent = load.progress.sent
+        load.wait_for(sent + 5)  # and it serves after the rollback too
+    finally:
+        load.stop()
+        result = load.join()
+        engine.docker("rmi", BROKEN, check=False)
+    print(f"load through the bad upgrade and the rollback: {result.summary()}")
+    assert result.failed == 0, result.summary()
+    assert {name: inspect(name)["Image"] for name in NAMES} == good
+    assert completion("tiny-v2")["usage"]["completion_tokens"] == 8
+    newest = revisions_listed(base)[0]
+    assert newest.startswith(
+        f"* revision {number + 2} (deployed, a rollback to revision {number}; "
+    )
+    shown = host_status(base, "--no-backend", "--revisions", str(base / "revisions")).stdout
+    host = socket.gethostname()  # status names the host as it calls itself
+    assert f"{host} {DEPLOYMENT}: revision {number + 2} (deployed, a rollback to" in shown, shown
 
 
 def test_undeploy_removes_the_deployment_and_again_changes_nothing(deployment):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from zenvllm.core import request
+from zenvllm.core import request, revisions
 from zenvllm.core.request import DEPLOY, HOST, MODEL, PATHS, SUPERVISE
 from zenvllm.image.role_vars import ROLLOUT, Role, Variable, own
 
@@ -286,6 +286,27 @@ VARIABLES = (
         True,
         "Remove instances (units, containers, env files) the plan no longer has.",
         ROLLOUT,
+    ),
+    own(
+        "revisions_dir",
+        "",
+        "Each rollout that changes what runs is a revision kept here (the plan, the image "
+        "by ID, the models' directories), the newest "
+        f"{revisions.KEEP}, so a rollback can go back to one (docs/how-to/operations.md).",
+        ROLLOUT,
+        role_default=revisions.DEFAULT_DIR.replace(
+            "{deployment}", "{{ zenvllm_instances_deployment }}"
+        ),
+        path=True,
+    ),
+    own(
+        "rollback",
+        "",
+        "Roll back instead of planning: true (or yes) goes to the previous revision (to what "
+        "served before a rollout that failed), a number to that revision; its image must "
+        "still be on the host, and its models.",
+        ROLLOUT,
+        inherit="zenvllm_rollback",
     ),
 )
 

@@ -11,9 +11,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from zenvllm.core import arguments, gate, observed
+from zenvllm.core import arguments, gate, observed, revisions
 from zenvllm.core.errors import UserError
 from zenvllm.core.topology import format_cpu_list
+from zenvllm.runtime import revisions as revision_files
 from zenvllm.runtime import status
 from zenvllm.runtime.atomic import write_atomically
 
@@ -48,6 +49,22 @@ def cpus(rows: list[dict[str, Any]]) -> list[str]:
     return [f"{h}: {r['cpu']}; {' '.join(r.get('isa') or ['no AVX2'])}" for h, r in seen.items()]
 
 
+def revision_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Each host's revision of each deployment, once (the rows that carry one)."""
+    seen = {(r["host"], r.get("deployment", "")): r["revision"] for r in rows if r.get("revision")}
+    return [f"{host} {deployment}: {text}" for (host, deployment), text in seen.items()]
+
+
+def with_revisions(rows: list[dict[str, Any]], root: Path) -> list[dict[str, Any]]:
+    """Each row with the revision its deployment serves on this host, as
+    `zenvllm revision list` summarises it ("" where none is kept)."""
+    serving = {}
+    for deployment in {r.get("deployment", "") for r in rows}:
+        live = revisions.serving(revision_files.on_disk(root / deployment)) if deployment else None
+        serving[deployment] = live.summary() if live else ""
+    return [r | {"revision": serving[r.get("deployment", "")]} for r in rows]
+
+
 def render(rows: list[dict[str, Any]]) -> str:
     """Each host's CPU, the table, then each drifted instance's problems."""
     if not rows:
@@ -69,10 +86,14 @@ def render(rows: list[dict[str, Any]]) -> str:
         for r in rows
     ]
     widths = [max(len(str(line[i])) for line in table) for i in range(len(COLUMNS))]
-    lines = cpus(rows) + [
-        "  ".join(str(v).ljust(w) for v, w in zip(line, widths, strict=True)).rstrip()
-        for line in table
-    ]
+    lines = (
+        cpus(rows)
+        + revision_lines(rows)
+        + [
+            "  ".join(str(v).ljust(w) for v, w in zip(line, widths, strict=True)).rstrip()
+            for line in table
+        ]
+    )
     # Instances of several hosts may share a name: each problem then names its host.
     several = len({r["host"] for r in rows}) > 1
     who = (lambda r: f"{r['host']} {r['name']}") if several else (lambda r: r["name"])
@@ -241,7 +262,7 @@ def run(args: argparse.Namespace) -> int:
         rows, view = rows_from(args.from_file)
     else:
         cache = None if args.no_backend else platforms(args.platform_cache)
-        rows, view = status.rows(args.deployment or "", cache), None
+        rows, view = with_revisions(status.rows(args.deployment or "", cache), args.revisions), None
         if args.platform_cache and cache is not None:
             live = {k: v for k, v in cache.items() if any(k.startswith(r["id"]) for r in rows)}
             write_atomically(args.platform_cache, json.dumps(CACHE_MARK | live, indent=1) + "\n")
@@ -288,6 +309,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="FILE",
         help="show the rows of several hosts (their `--json`) and the router's workers, as "
         "the status playbook gathers them, instead of this host's",
+    )
+    parser.add_argument(
+        "--revisions",
+        type=Path,
+        default=Path(revisions.DEFAULT_DIR).parent,
+        metavar="DIR",
+        help="where each deployment's revisions are kept, one directory per deployment "
+        "(default %(default)s: the instances role's)",
     )
     out = parser.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the rows as JSON")
