@@ -135,14 +135,15 @@ PLAYBOOK = cd ansible && ANSIBLE_HOME=$(CURDIR)/.cache/ansible ../$(BIN)/ansible
 # docs/how-to/embeddings.md): handed to the play as a JSON file, since `-e` on make's
 # command line loses a list's quotes.
 MODEL_DIRS = $(if $(MODELS),$(foreach m,$(MODELS),$(lastword $(subst =, ,$(m)))),$(MODEL))
+MODEL_ENTRIES = $(foreach m,$(MODELS),$(firstword $(subst =, ,$(m)))=$(abspath $(lastword $(subst =, ,$(m)))))
 MODELS_FILE = $(CURDIR)/.cache/deploy-models.json
 DEPLOY_MODELS = $(if $(MODELS),-e @$(MODELS_FILE),-e zenvllm_model_dir=$(abspath $(MODEL)))
 # Listed first, so a missing MODEL is said before anything is installed.
 deploy: model-given venv-deploy planner engine
 	$(MAKE) image TARGET=$(TARGET)
-	$(if $(MODELS),mkdir -p $(dir $(MODELS_FILE)) && $(BIN)/python -c 'import json, sys; \
-	  print(json.dumps({"zenvllm_models": sys.argv[1:]}))' \
-	  $(foreach m,$(MODELS),$(firstword $(subst =, ,$(m)))=$(abspath $(lastword $(subst =, ,$(m))))) > $(MODELS_FILE))
+	@if [ -n "$(MODELS)" ]; then mkdir -p $(dir $(MODELS_FILE)) && $(BIN)/python -c \
+	  'import json; import sys; print(json.dumps({"zenvllm_models": sys.argv[1:]}))' \
+	  $(MODEL_ENTRIES) > $(MODELS_FILE); fi
 	$(PLAYBOOK) $(DEPLOY_MODELS) -e zenvllm_image=$(DEPLOY_IMAGE) \
 	  -e zenvllm_instances_target=$(TARGET) $(DEPLOY_ARGS)
 

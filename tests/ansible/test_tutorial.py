@@ -88,6 +88,26 @@ def test_the_plan_the_tutorial_shows_is_the_one_deployed(operator):
     assert len(planned) == len(deployed.stdout.split()) >= 1, done.stdout
 
 
+def test_make_deploy_takes_several_models_as_models(operator, tmp_path):
+    """`make deploy MODELS="chat=DIR embed=DIR"`, previewed (DEPLOY_ARGS=--check): the
+    play plans both models of the list, named as it names them, behind one endpoint."""
+    env, model, _ = operator
+    other = tmp_path / "second"
+    shutil.copytree(model[MODEL_PATH], other)
+    models = f"MODELS=chat={model[MODEL_PATH]} other={other}"
+    done = subprocess.run(
+        ["make", "deploy", models, "DEPLOY_ARGS=--check"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert re.search(r"instance\(s\) of chat, other on ", done.stdout), done.stdout[-4000:]
+
+
 def test_make_undeploy_leaves_the_machine_as_it_found_it(operator):
     env, _, before = operator
     done = readme.run("tutorial-undeploy", env=env, timeout=900)
