@@ -48,6 +48,7 @@ WORKERS = {
         "test_foreign_paths": FIRST,
         "test_lint": FIRST,
         "test_openstack_inventory": FIRST,
+        "test_quick_start": FIRST,
         "test_e2e": SECOND,
         "test_tensor_parallel": SECOND,
         "test_nspawn": SECOND,

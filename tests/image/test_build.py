@@ -218,8 +218,9 @@ def test_make_image_as_the_images_page_says_finds_both_images_built(openai_image
     done = readme.run("make-image", cwd=REPO, env=engine.engine_env(), timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert {tag: image_id(tag) for tag in ids} == ids
-    for tag in ids:
-        assert f"build: {tag} " in done.stdout
+    for tag, built in ids.items():  # the tag on stdout, the build's line on stderr
+        assert tag in done.stdout.splitlines(), done.stdout
+        assert f"build: {tag} {built.removeprefix('sha256:')} in " in done.stderr
 
 
 def test_zen_image_has_zentorch_at_the_matrix_version(zen_image):

@@ -93,7 +93,8 @@ class Network:
 NSPAWN_HOSTS = Network("zvnsbr0", "10.231.7")  # tests/ansible/test_nspawn.py
 CLOUD_VMS = Network("zvnsbr1", "10.231.8")  # tests/ansible/test_cloud_vms.py
 ROUTED_FLEET = Network("zvnsbr2", "10.231.6")  # tests/ansible/test_routed_fleet.py
-NETWORKS = (NSPAWN_HOSTS, CLOUD_VMS, ROUTED_FLEET)
+QUICK_START = Network("zvnsbr3", "10.231.9")  # tests/ansible/test_quick_start.py
+NETWORKS = (NSPAWN_HOSTS, CLOUD_VMS, ROUTED_FLEET, QUICK_START)
 NSPAWN_FLAGS = (
     "--register=no",
     "--keep-unit",
