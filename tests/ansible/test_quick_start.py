@@ -78,7 +78,7 @@ def test_quick_start_2_serves_a_fresh_remote_host_as_written(operator):
     print(f"quick start 2 on a fresh host: {time.monotonic() - start:.0f} s")
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
     assert "Qwen2.5-1.5B-Instruct answered through the gateway" in done.stdout
-    assert "Ship the image from the controller to a host that lacks it" in done.stdout
+    assert "TASK [zenvllm.cpu.zenvllm_image : Send the image archive to the host" in done.stdout
     url = f"https://{machine.address}/v1/completions"
     body = {"model": "Qwen2.5-1.5B-Instruct", "prompt": "Hello", "max_tokens": 8}
     status, _, answer = gateway.request(url, "zenvllm", body | {"ignore_eos": True}, host=HOST)
