@@ -5,8 +5,8 @@ collection installed (ansible-galaxy, offline, into an empty collections path, n
 ansible.cfg of the checkout's), the image built on the controller, the model on the host
 at the path README names, and an inventory.yml of theirs in the directory they type the
 command in. The inventory holds what an nspawn machine cannot take (sysctls outside
-net.*) and what this 24 GiB machine shared with other tests can give (a 1 GiB KV cache),
-and it points the controller's image archives at the one the tests already saved.
+net.*), what this 24 GiB machine shared with other tests can give (a 1 GiB KV cache,
+eager mode: no compile), and the controller's image archives: the one the tests saved.
 
 The play must install the engine, ship the image from the controller (the image role's
 default source), plan and start real vLLM, put nginx with TLS and a key in front, and
@@ -57,6 +57,7 @@ def operator(tmp_path_factory):
             "ansible_ssh_common_args": SSH_ARGS,
             "zenvllm_host_sysctls": {"net.core.somaxconn": 4096},
             "zenvllm_instances_kv_cache_gib": 1,
+            "zenvllm_instances_serve_args": ["--enforce-eager"],  # no compile: a minute less
             "zenvllm_image_controller_dir": str(archives),
         }
         inventory = {"zenvllm": {"hosts": {HOST: host}}}

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, require
-from support import engine, readme
+from support import engine, gateway, readme
 from support.tiny_model import ensure_tiny_model
 
 pytestmark = pytest.mark.ansible
@@ -45,8 +45,11 @@ def operator(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ZENVLLM_SECRETS", "ANSIBLE"))}
     env |= {"HOME": str(home), "DOCKER_HOST": engine.engine_env()["DOCKER_HOST"]}
     before = snapshot()
-    yield env, {MODEL_PATH: str(model)}, before
-    subprocess.run(["make", "undeploy"], cwd=REPO, env=env, capture_output=True, check=False)
+    # make deploy starts nginx and undeploy leaves it (it may serve others): stopped again
+    # after, as the machine had it, for the modules that need it not running.
+    with gateway.nginx_as_found():
+        yield env, {MODEL_PATH: str(model)}, before
+        subprocess.run(["make", "undeploy"], cwd=REPO, env=env, capture_output=True, check=False)
 
 
 def test_make_deploy_serves_the_model_as_readme_says(operator):
