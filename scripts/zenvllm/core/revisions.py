@@ -1,7 +1,7 @@
 """A deployment's revisions on one host, as Helm keeps a release's: each rollout that
 changes what runs is a numbered revision holding everything needed to run it again
-(the plan, which names the image by ID, the model's directories, every container's
-arguments and environment, and the request it was planned from). A rollout writes its
+(the plan: every container's arguments and environment; the image by tag and ID; the
+models' directories). A rollout writes its
 revision `pending` before it replaces anything and marks it `deployed` once every
 instance is healthy, so a rollout that failed half-way stays on record as what it was.
 
@@ -21,7 +21,7 @@ from zenvllm.core.errors import UserError
 
 PENDING, DEPLOYED = "pending", "deployed"
 KEEP = 5  # revisions kept per host and deployment: the newest, and four to go back to
-DEFAULT_DIR = "/var/lib/zenvllm/revisions/{deployment}"  # one directory per deployment
+ROOT = "/var/lib/zenvllm/revisions"  # by default each deployment's are in ROOT/DEPLOYMENT
 MARK_FILE = ".zenvllm-output"
 
 

@@ -294,9 +294,7 @@ VARIABLES = (
         "by ID, the models' directories), the newest "
         f"{revisions.KEEP}, so a rollback can go back to one (docs/how-to/operations.md).",
         ROLLOUT,
-        role_default=revisions.DEFAULT_DIR.replace(
-            "{deployment}", "{{ zenvllm_instances_deployment }}"
-        ),
+        role_default=f"{revisions.ROOT}/{{{{ zenvllm_instances_deployment }}}}",
         path=True,
     ),
     own(

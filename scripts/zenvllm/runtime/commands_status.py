@@ -313,7 +313,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--revisions",
         type=Path,
-        default=Path(revisions.DEFAULT_DIR).parent,
+        default=Path(revisions.ROOT),
         metavar="DIR",
         help="where each deployment's revisions are kept, one directory per deployment "
         "(default %(default)s: the instances role's)",

@@ -125,6 +125,12 @@ def rollback(directory: Path, asked: int = 0) -> Revision:
             )
     if target.image and target.image_id:
         now = DOCKER.words("image", "inspect", "--format", "{{.Id}}", target.image)
-        if now != [target.image_id]:
-            DOCKER.run("tag", target.image_id, target.image)
+        tagged = (
+            DOCKER.run("tag", target.image_id, target.image) if now != [target.image_id] else None
+        )
+        if tagged is not None and tagged.returncode != 0:  # else it would run what the tag names
+            raise UserError(
+                f"could not point {target.image} back at revision {target.number}'s image "
+                f"{target.image_id}: {tagged.stderr.strip()[-500:]}; tag it by hand and run again"
+            )
     return target
