@@ -20,6 +20,7 @@ A container's systemd ignores fstab's device entries, so the mount after a reboo
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import dataclasses
 import hashlib
@@ -27,6 +28,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -36,6 +38,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import REPO, require_tool
+from support import engine, gateway, readme
 from support.ansible_run import BIN, Run, env, finished, planner_zipapp, playbook, start_playbook
 from support.nspawn import (
     CLOUD_VMS,
@@ -46,7 +49,9 @@ from support.nspawn import (
     fleet,
     ssh_argv,
 )
+from support.openstack_replay import clouds_yaml, replay
 from support.readme import block
+from support.tiny_model import ensure_tiny_model
 
 pytestmark = pytest.mark.ansible
 
@@ -203,6 +208,133 @@ def test_ansible_reaches_the_host_as_the_inventory_does(vms):
         assert facts["ansible_user_id"] == "root"
         assert facts["ansible_python"]["executable"] == "/usr/bin/python3"
         assert "/srv/models" in {m["mount"] for m in facts["ansible_mounts"]}
+
+
+# ------------------------------------------------------------ README's quick start 3
+
+QS3_CLOUD = REPO / "tests" / "fixtures" / "openstack" / "quick-start-3.json"
+QS3_MODEL = "Qwen2.5-1.5B-Instruct"  # README's name for it
+IMAGE = "zenvllm/vllm-openai:0.32.0"
+
+
+@dataclasses.dataclass
+class Operator:
+    """An operator's controller: a checkout (a copy of ansible/), a home with their
+    model in ~/models (and, once deployed, the key store in ~/.config/zenvllm), and
+    their environment for a cloud (clouds.yaml written per replay)."""
+
+    machine: Machine
+    checkout: Path
+    home: Path
+    environ: dict[str, str]
+
+    def run(self, name: str, cloud_dir: Path, placeholders: dict[str, str] | None = None):
+        """Block NAME run as written against the replayed cloud: its output, and the
+        cloud (what the clients asked of it)."""
+        with replay(QS3_CLOUD, values={"address": self.machine.address}) as cloud:
+            environ = self.environ | {
+                "OS_CLIENT_CONFIG_FILE": str(clouds_yaml(cloud, cloud_dir)),
+                "OS_CLOUD": "lab",
+            }
+            cwd = self.checkout / ("ansible" if name == "openstack-deploy" else "")
+            start = time.monotonic()
+            done = readme.run(name, placeholders, cwd=cwd, env=environ, timeout=1800)
+            print(f"{name}: {time.monotonic() - start:.0f} s")
+        return done, cloud
+
+    def containers(self) -> list[str]:
+        """The containers running on the VM (its own engine), by ID."""
+        return sorted(on(self.machine, "sudo -n docker ps -q --no-trunc").split())
+
+    def completion(self) -> dict:
+        """A client's completion through the VM's gateway, trusting the CA the play left."""
+        url = f"https://{self.machine.address}/v1/completions"
+        body = {"model": QS3_MODEL, "prompt": "Hello", "max_tokens": 8, "ignore_eos": True}
+        secrets = self.home / ".config" / "zenvllm"
+        status, _, answer = gateway.request(url, "zenvllm", body, host="llm-a", secrets=secrets)
+        assert status == 200, answer
+        return answer
+
+
+@pytest.fixture(scope="module")
+def operator(vms, tmp_path_factory):
+    """cloud-new, booted by cloud-init from the example user data, its empty volume
+    formatted on /srv/models, nothing of zenvllm on it, is the server the replayed cloud
+    (tests/fixtures/openstack/quick-start-3.json) creates: its fixed and floating address
+    are the VM's. The operator's key for the image's `debian` user is the VM's
+    (ANSIBLE_PRIVATE_KEY_FILE); the image is built on the controller; group_vars of theirs
+    beside the inventory hold what this shared machine and an nspawn VM need (quick start
+    2's: a 1 GiB KV cache, eager mode, net.* sysctls only, the controller's image
+    archives)."""
+    machines, _, _, _ = vms
+    work = tmp_path_factory.mktemp("operator")
+    if engine.docker("image", "inspect", IMAGE, check=False).returncode != 0:
+        engine.build("vllm-openai", work / "build.log")
+    checkout, home = work / "checkout", work / "home"
+    shutil.copytree(REPO / "ansible", checkout / "ansible", symlinks=True)
+    shutil.copytree(ensure_tiny_model(), home / "models" / QS3_MODEL)
+    theirs = {
+        "zenvllm_host_sysctls": {"net.core.somaxconn": 4096},
+        "zenvllm_instances_kv_cache_gib": 1,
+        "zenvllm_instances_serve_args": ["--enforce-eager"],
+        "zenvllm_image_controller_dir": str(engine.image_archive(IMAGE).parent),
+    }
+    group_vars = checkout / "ansible" / "inventories" / "group_vars"
+    group_vars.mkdir()
+    (group_vars / "zenvllm.yml").write_text(yaml.safe_dump(theirs))
+    environ = {k: v for k, v in env().items() if not k.startswith(("ANSIBLE_", "ZENVLLM_"))}
+    machine = machines["cloud-new"]
+    environ |= {
+        "HOME": str(home),
+        "PATH": f"{BIN}:{os.environ['PATH']}",
+        "ANSIBLE_PRIVATE_KEY_FILE": str(machine.key),
+        "ANSIBLE_SSH_COMMON_ARGS": " ".join(SSH_OPTIONS),
+        "DOCKER_HOST": engine.engine_env()["DOCKER_HOST"],
+    }
+    return Operator(machine, checkout, home, environ)
+
+
+def test_quick_start_3_serves_the_vm_it_boots_as_written(operator, tmp_path):
+    """README's quick start 3 as written: plan, boot, the inventory, the deploy; the play
+    ships the image, sends the model and ends with its own completion; then a client's."""
+    done, cloud = operator.run("quick-start-3", tmp_path)
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+    assert not cloud.unmatched, cloud.unmatched
+    (server,) = [b["server"] for b in cloud.bodies if "server" in b]
+    assert server["metadata"] == {"role": "zenvllm"} and server["name"] == "llm-a"
+    (volume,) = [d for d in server["block_device_mapping_v2"] if d["source_type"] == "volume"]
+    assert volume["uuid"] and volume["boot_index"] in (-1, "-1"), volume
+    assert base64.b64decode(server["user_data"]).decode() == USER_DATA.read_text()
+    assert "host: flavor epyc-9454-24c-96g" in done.stdout  # the plan before booting
+    assert f"{QS3_MODEL} answered through the gateway" in done.stdout
+    assert "TASK [zenvllm_image : Send the image archive to the host" in done.stdout
+    assert operator.completion()["usage"]["completion_tokens"] == 8
+    model = operator.home / "models" / QS3_MODEL
+    listed = on(operator.machine, f"ls /srv/models/{QS3_MODEL}").split()
+    assert listed == sorted(p.name for p in model.iterdir())
+
+
+def test_the_openstack_pages_boot_and_deploy_steps_run_as_written(operator, tmp_path):
+    """docs/how-to/openstack.md's step 2 (the security group's two ports, the volume, the
+    server) and step 5 (check, deploy, curl) on the VM quick start 3 deployed: the check
+    and the deploy again change nothing of what serves, the curl gets its completion."""
+    here = CLOUD_VMS.here
+    boot, cloud = operator.run("openstack-boot", tmp_path, {"CONTROLLER_IP": here})
+    assert boot.returncode == 0, boot.stdout[-3000:] + boot.stderr[-3000:]
+    assert not cloud.unmatched, cloud.unmatched
+    rules = [b["security_group_rule"] for b in cloud.bodies if "security_group_rule" in b]
+    opened = [(r["port_range_min"], r.get("remote_ip_prefix")) for r in rules]
+    assert opened == [(22, f"{here}/32"), (443, "0.0.0.0/0")], opened  # the client fills in any
+    (server,) = [b["server"] for b in cloud.bodies if "server" in b]
+    assert server["security_groups"], server
+    before = operator.containers()
+    deploy, _ = operator.run(
+        "openstack-deploy", tmp_path, {"FLOATING_IP": operator.machine.address}
+    )
+    assert deploy.returncode == 0, deploy.stdout[-6000:] + deploy.stderr[-2000:]
+    answer = json.loads(deploy.stdout[deploy.stdout.rindex('{"id"') :])
+    assert answer["choices"][0]["text"] and answer["model"] == QS3_MODEL, answer
+    assert operator.containers() == before  # nothing serving was replaced
 
 
 # ---------------------------------------------------------------- the model's delivery

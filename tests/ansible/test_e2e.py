@@ -9,8 +9,10 @@ apt, the planner on the host, docker, nginx, /health and a completion.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
+import os
 import shutil
 import signal
 import socket
@@ -558,14 +560,31 @@ def test_an_interrupted_deploy_leaves_whole_files_and_undeploy_removes_it(deploy
                 break  # the instance's container exists: the play is half-way
             time.sleep(0.5)
         assert proc.poll() is None, "the play ended before it could be interrupted"
-        proc.send_signal(signal.SIGINT)
-        output, _ = proc.communicate(timeout=120)
+        output = interrupt(proc)
         check_interrupted(proc.returncode, output, etc, name, extra, label)
     finally:
         if proc.poll() is None:
             proc.kill()
         for cid in engine.docker("ps", "-aq", "--filter", label).stdout.split():
             engine.docker("rm", "--force", cid, check=False)  # whatever an assertion left
+
+
+def interrupt(proc: subprocess.Popen[str]) -> str:
+    """Ctrl-C as an operator gives it: once, and once more if the play goes on, which it
+    may since ansible-core 2.19 (the first stops the running task, ansible/ansible#86078;
+    seen here: a play still running 120 s after one). The second ends ansible-playbook;
+    its workers, in sessions of their own, get it too, so nothing of the play runs on."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        return proc.communicate(timeout=30)[0]
+    except subprocess.TimeoutExpired:
+        children: list[str] = []
+        with contextlib.suppress(FileNotFoundError):
+            children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        for pid in [proc.pid, *map(int, children)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGINT)
+        return proc.communicate(timeout=60)[0]
 
 
 def check_interrupted(rc: int, output: str, etc: Path, name: str, extra: dict, label: str):
@@ -678,18 +697,27 @@ def image_id(ref: str) -> str:
     return engine.docker("image", "inspect", "--format", "{{.Id}}", ref).stdout.strip()
 
 
-def test_a_bad_image_stops_at_its_first_instance_and_a_rollback_serves_the_last_revision(
-    deployment,
-):
-    """An upgrade to an image that does not start, under load through the gateway: the
-    rollout stops at the first instance (out of rotation, its /health never answers within
-    the timeout), the other serves every request, and the attempt stays on record,
-    pending. `-e zenvllm_rollback=true` rolls the last deployed revision out again: both
-    instances run its image, the requests never failed, and `zenvllm status` names the
-    revision, a rollback to the one that served."""
+def model_mounted(name: str) -> str:
+    """The host directory the instance's container has as its model."""
+    (mount,) = [m for m in inspect(name)["Mounts"] if m["Destination"] == "/model"]
+    return mount["Source"]
+
+
+def test_a_new_model_version_then_a_bad_image_and_a_rollback_fail_no_request(deployment):
+    """Under load through the gateway, as operations.md's "Upgrade, and roll back" says:
+    a new version of the model (another directory, zenvllm_model_dir) rolls out instance
+    by instance; then an upgrade to an image that does not start stops at the first
+    instance (out of rotation, its /health never answers within the timeout), the other
+    serves every request, and the attempt stays on record, pending;
+    `-e zenvllm_rollback=true` rolls the last deployed revision (the new model's) out
+    again: both instances run its image and model, no request failed, and `zenvllm
+    status` names the revision, a rollback to the one that served."""
     base, variables = deployment
+    version = base / "models" / "tiny-2026-12"  # the model's next version, a new directory
+    shutil.copytree(variables["zenvllm_model_dir"], version)
     serving = {
         **variables,
+        "zenvllm_model_dir": str(version),
         "zenvllm_instances_serve_args": [],
         "zenvllm_instances_served_model_name": "tiny-v2",
     }
@@ -713,6 +741,9 @@ def test_a_bad_image_stops_at_its_first_instance_and_a_rollback_serves_the_last_
     ).start()
     try:
         load.wait_for(5)
+        newer = playbook(extra_vars=serving)
+        assert newer.rc == 0 and newer.failed() == 0, newer.failures()
+        assert {model_mounted(name) for name in NAMES} == {str(version)}
         upgrade = {
             **serving,
             "zenvllm_image": BROKEN,
@@ -724,27 +755,28 @@ def test_a_bad_image_stops_at_its_first_instance_and_a_rollback_serves_the_last_
             -3000:
         ]
         assert inspect(NAMES[1])["Image"] == good[NAMES[1]]  # never reached
-        assert revisions_listed(base)[0].startswith(f"  revision {number + 1} (pending; ")
+        assert revisions_listed(base)[0].startswith(f"  revision {number + 2} (pending; ")
         back = playbook(extra_vars={**serving, "zenvllm_rollback": True})
         assert back.rc == 0 and back.failed() == 0, back.failures()
-        assert f"rolling back to revision {number} (deployed" in back.output
+        assert f"rolling back to revision {number + 1} (deployed" in back.output
         sent = load.progress.sent
         load.wait_for(sent + 5)  # and it serves after the rollback too
     finally:
         load.stop()
         result = load.join()
         engine.docker("rmi", BROKEN, check=False)
-    print(f"load through the bad upgrade and the rollback: {result.summary()}")
+    print(f"load through the model's upgrade, the bad image and the rollback: {result.summary()}")
     assert result.failed == 0, result.summary()
     assert {name: inspect(name)["Image"] for name in NAMES} == good
+    assert {model_mounted(name) for name in NAMES} == {str(version)}
     assert completion("tiny-v2")["usage"]["completion_tokens"] == 8
     newest = revisions_listed(base)[0]
     assert newest.startswith(
-        f"* revision {number + 2} (deployed, a rollback to revision {number}; "
+        f"* revision {number + 3} (deployed, a rollback to revision {number + 1}; "
     )
     shown = host_status(base, "--no-backend", "--revisions", str(base / "revisions")).stdout
     host = socket.gethostname()  # status names the host as it calls itself
-    assert f"{host} {DEPLOYMENT}: revision {number + 2} (deployed, a rollback to" in shown, shown
+    assert f"{host} {DEPLOYMENT}: revision {number + 3} (deployed, a rollback to" in shown, shown
 
 
 def test_undeploy_removes_the_deployment_and_again_changes_nothing(deployment):

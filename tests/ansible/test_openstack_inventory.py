@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 from support.ansible_run import BIN, env
-from support.openstack_replay import Cloud, replay
+from support.openstack_replay import Cloud, clouds_yaml, replay
 from support.readme import block
 
 from zenvllm.image import playbooks
@@ -26,18 +26,6 @@ pytestmark = pytest.mark.ansible
 
 CASSETTE = REPO / "tests" / "fixtures" / "openstack" / "cloud.json"
 EXAMPLE = REPO / "ansible" / "inventories" / "openstack.example.yml"
-
-
-def clouds_yaml(cloud: Cloud, where: Path) -> Path:
-    path = where / "clouds.yaml"
-    path.write_text(
-        "clouds:\n  lab:\n    auth:\n"
-        f"      auth_url: {cloud.url}/identity/v3\n"
-        "      username: ops\n      password: s3cret-ops\n      project_name: llm\n"
-        "      user_domain_name: Default\n      project_domain_name: Default\n"
-        "    region_name: RegionOne\n    identity_api_version: 3\n"
-    )
-    return path
 
 
 def operator_env(cloud: Cloud, where: Path) -> dict[str, str]:

@@ -91,3 +91,24 @@ def test_quick_start_2_serves_a_fresh_remote_host_as_written(operator):
         check=False,
     )
     assert loaded.stdout.strip() == engine.image_id(IMAGE), loaded.stderr
+
+
+def test_the_status_playbook_runs_as_written_on_the_deployed_host(operator):
+    """docs/how-to/operations.md's status playbook, from the collection, on the host quick
+    start 2 deployed: a row for its instance, healthy; the run fails naming the drift an
+    nspawn host's engine makes (it keeps no cpuset), and nothing else."""
+    _, site, theirs = operator
+    done = readme.run("status-playbook", cwd=site, env=theirs, timeout=600)
+    output = done.stdout + done.stderr
+    rows = [
+        cells
+        for line in output.splitlines()
+        if len(cells := line.strip().removeprefix("- ").strip("'\",").split()) == 11
+        and cells[0] == HOST
+    ]
+    assert rows, output[-4000:]
+    for row in rows:  # name, health
+        assert row[1].startswith("zenvllm-") and row[6] == "ok", rows
+    if done.returncode != 0:  # placement: drifted where the engine kept no cpuset
+        assert {row[5] for row in rows} == {"drifted"}, rows
+        assert "cpuset unrestricted is not the planned" in output, output[-4000:]

@@ -19,12 +19,12 @@ SECRETS = REPO / ".cache" / "secrets"  # ZENVLLM_SECRETS_DIR of every test playb
 NGINX_ERROR_LOG = Path("/var/log/nginx/error.log")  # Debian's nginx, as the tiers use it
 
 
-def key(deployment: str, client: str = "default") -> str:
-    return (SECRETS / deployment / "keys" / client).read_text().strip()
+def key(deployment: str, client: str = "default", secrets: Path = SECRETS) -> str:
+    return (secrets / deployment / "keys" / client).read_text().strip()
 
 
-def ca(deployment: str, host: str = "localhost") -> Path:
-    return SECRETS / deployment / f"{host}-ca.pem"
+def ca(deployment: str, host: str = "localhost", secrets: Path = SECRETS) -> Path:
+    return secrets / deployment / f"{host}-ca.pem"
 
 
 def request(
@@ -34,6 +34,7 @@ def request(
     api_key: str | None = "default",
     timeout: float = 120,
     host: str = "localhost",  # the gateway's inventory name (its CA's file)
+    secrets: Path = SECRETS,  # the controller's key store (~/.config/zenvllm for an operator)
 ) -> tuple[int, dict, dict]:
     """(status, headers, JSON body) of a request through the gateway; api_key is a
     client name, a literal "Bearer" value (starting with "literal:"), or None."""
@@ -42,11 +43,11 @@ def request(
         value = (
             api_key.removeprefix("literal:")
             if api_key.startswith("literal:")
-            else key(deployment, api_key)
+            else key(deployment, api_key, secrets)
         )
         headers["Authorization"] = f"Bearer {value}"
     data = json.dumps(body).encode() if body is not None else None
-    context = ssl.create_default_context(cafile=str(ca(deployment, host)))
+    context = ssl.create_default_context(cafile=str(ca(deployment, host, secrets)))
     req = urllib.request.Request(url, data, headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout, context=context) as reply:
