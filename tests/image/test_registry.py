@@ -15,8 +15,10 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import ssl
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -24,7 +26,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, require, require_tool
-from support import engine, registry
+from support import engine, readme, registry
 
 from zenvllm.core.errors import UserError
 from zenvllm.image import push
@@ -33,6 +35,7 @@ pytestmark = pytest.mark.image
 
 REPOSITORY = "zenvllm/vllm-openai"
 MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+BIN = Path(sys.executable).parent  # the venv's zenvllm, first on an operator's PATH
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 
 
@@ -129,16 +132,28 @@ def test_a_push_to_a_registry_whose_ca_is_not_trusted_names_where_the_ca_goes(
 
 
 def test_build_push_then_pull_back_the_same_image(reg, image, workdir):
+    """registry.md's steps 1 and 2 as written: the engine's trust of the registry's CA
+    (the fixture's removed first), the login from a password file, `zenvllm build --push`;
+    then what the registry holds, and the engine's pull of it."""
     image_id = image[1]
     config = workdir / "logged-in"
-    reg.login(config)
-    assert json.loads((config / "config.json").read_text())["auths"].keys() == {reg.address}
+    config.mkdir()
+    shutil.copyfile(reg.ca, workdir / "registry-ca.crt")
+    (workdir / "registry-password").write_text(reg.password)
+    trust = registry.CERTS_DIRS[0] / reg.address  # the fixture's, removed when it stops
+    shutil.rmtree(trust)
+    operator = {**registry.client_env(config), "PATH": f"{BIN}:{os.environ['PATH']}"}
+    done = readme.run("registry-trust", {"REG": reg.address}, cwd=workdir, env=operator)
+    assert done.returncode == 0, done.stderr
+    assert (trust / "ca.crt").read_bytes() == reg.ca.read_bytes()
     ref = f"{reg.address}/{REPOSITORY}:0.32.0"
 
     start = time.monotonic()
-    done = build_push(ref, config, workdir / "push.log")
+    placeholders = {"REG": reg.address, "USER": reg.user}
+    done = readme.run("registry-push", placeholders, cwd=workdir, env=operator, timeout=900)
     took = time.monotonic() - start
     assert done.returncode == 0, done.stderr
+    assert json.loads((config / "config.json").read_text())["auths"].keys() == {reg.address}
     assert done.stdout.strip().splitlines()[-1] == ref
     assert engine.image_id(ref) == image_id  # the same image as the default tag: a cache hit
     size = engine.docker("image", "inspect", "--format", "{{.Size}}", ref).stdout.strip()

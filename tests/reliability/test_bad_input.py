@@ -73,6 +73,19 @@ def test_model_too_big_for_a_node():
     )
 
 
+def test_a_model_that_fits_an_avx2_host_only_in_bfloat16():
+    # float32 (the planner's choice without AVX-512 BF16) doubles 16 GiB stored as bf16.
+    done = zenvllm("plan", "--flavor", "epyc-7763-8c-32g", "--model-size-gib", "16")
+    refused(
+        done,
+        "weights 32.0 GiB",  # float32's size
+        "node 0 has 30.4 GiB usable of 32.0 GiB",  # the limit
+        "plan across them with --hosts 2",  # one way out
+        "--dtype bfloat16): it fits, 16.0 GiB of weights and KV 9 GiB",  # another, sized
+        "1.47x slower than float32",  # and its cost
+    )
+
+
 def test_kv_cache_below_the_minimum():
     # An 8 GiB container: 4 GiB of weights plus runtime and shm leave no room for KV.
     root = FIXTURES / "container-cgroup1"

@@ -10,7 +10,7 @@ from support import cpu
 from support.tiny_model import ensure_tiny_model
 
 from zenvllm.core import plan_doc
-from zenvllm.core.dtype import native_bf16, served_model, serving_dtype
+from zenvllm.core.dtype import EMULATED_BF16_SLOWDOWN, native_bf16, served_model, serving_dtype
 from zenvllm.core.errors import PlanError
 from zenvllm.core.flavors import PRESETS, synthetic_host
 from zenvllm.core.host import GIB, MIB
@@ -55,6 +55,33 @@ def test_the_operator_can_force_a_dtype():
     assert "dtype bfloat16: asked for by the operator" in plan.notes
     plan = make_plan(synthetic_host(GENOA), model_of_size(1), Policy(dtype="float32"))
     assert plan.instances[0].dtype == "float32" and plan.model.weight_bytes == 2 * GIB
+
+
+def test_a_float32_refusal_on_avx2_names_bfloat16_with_both_sizes_and_its_speed():
+    """16 GiB stored in bf16 is 32 GiB in float32, over a 32 GiB Zen 3 VM: the refusal
+    keeps float32's numbers and --hosts 2, and names bfloat16's fit and its cost."""
+    with pytest.raises(PlanError) as refused:
+        make_plan(synthetic_host(MILAN), model_of_size(16))
+    said = str(refused.value)
+    assert "weights 32.0 GiB" in said and "--hosts 2" in said, said
+    half = make_plan(synthetic_host(MILAN), model_of_size(16), Policy(dtype="bfloat16"))
+    kv = half.instances[0].kv_cache_gib
+    assert f"--dtype bfloat16): it fits, 16.0 GiB of weights and KV {kv} GiB" in said, said
+    assert f"{EMULATED_BF16_SLOWDOWN:g}x slower than float32" in said, said
+
+
+@pytest.mark.parametrize(
+    ("flavor", "size", "policy"),
+    [
+        (GENOA, 200, Policy()),  # native bf16: float32 was never the planner's choice
+        (MILAN, 16, Policy(dtype="float32")),  # the operator's own float32
+        (MILAN, 40, Policy()),  # bfloat16 does not fit either
+    ],
+)
+def test_a_refusal_names_bfloat16_only_where_it_is_a_way_out(flavor, size, policy):
+    with pytest.raises(PlanError) as refused:
+        make_plan(synthetic_host(flavor), model_of_size(size), policy)
+    assert "--dtype bfloat16" not in str(refused.value), refused.value
 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))

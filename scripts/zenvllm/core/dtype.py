@@ -20,6 +20,11 @@ from zenvllm.core.model import DTYPE_BYTES, Model
 
 # /proc/cpuinfo flags whose presence means bf16 matmuls run in hardware.
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+# How much slower vLLM serves emulated bf16 than float32 where the CPU lacks them: float32's
+# output tok/s over bf16's, recorded on the AVX2 path (docs/bench/avx2-path, a Xeon's cores
+# with AVX-512 hidden; 4.35x measured by hand on a real Zen 3, above, not recorded).
+EMULATED_BF16_SLOWDOWN = 1.47
+EMULATED_BF16_SOURCE = "recorded on the AVX2 path, docs/bench/avx2-path; 4.35x on a Zen 3"
 AUTO = "auto"
 # What an operator may force (vLLM's names); auto lets the planner decide.
 CHOICES = (AUTO, "bfloat16", "float32", "float16")
@@ -46,8 +51,8 @@ def serving_dtype(host: Host, asked: str = AUTO) -> Served:
     return Served(
         "float32",
         f"dtype float32: {cpu} has neither {' nor '.join(NATIVE_BF16_FLAGS)}, so vLLM would "
-        "emulate bf16 (measured 4.35x slower than float32 on an AVX2-only EPYC Zen 3); "
-        "weights and KV cache are counted at 4 bytes",
+        f"emulate bf16 ({EMULATED_BF16_SLOWDOWN:g}x slower than float32, "
+        f"{EMULATED_BF16_SOURCE}); weights and KV cache are counted at 4 bytes",
     )
 
 
@@ -66,3 +71,10 @@ def served_model(model: Model, dtype: str) -> Model:
         kv_bytes_per_token=kv * served // stored if kv else kv,
         file_bytes=model.weight_bytes if model.file_bytes is None else model.file_bytes,
     )
+
+
+def doubled(model: Model, host: Host, asked: str = AUTO) -> bool:
+    """Whether the planner's own choice of float32 doubles this model's half-precision
+    weights on this host (the case where bfloat16 is the way out of a refusal)."""
+    chosen = serving_dtype(host, asked).dtype
+    return asked == AUTO and chosen == "float32" and DTYPE_BYTES.get(model.dtype, 2) == 2

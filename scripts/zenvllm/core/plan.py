@@ -54,7 +54,13 @@ from zenvllm.core.cores import (
     split_cores,
     usable_cores,
 )
-from zenvllm.core.dtype import served_model, serving_dtype
+from zenvllm.core.dtype import (
+    EMULATED_BF16_SLOWDOWN,
+    EMULATED_BF16_SOURCE,
+    doubled,
+    served_model,
+    serving_dtype,
+)
 from zenvllm.core.errors import PlanError
 from zenvllm.core.host import GIB, MIB, Host
 from zenvllm.core.memory import fixed_cost, gib, kv_cache_per_node, page_cache_room
@@ -324,8 +330,35 @@ def place_replicas(
 
 
 def make_plan(host: Host, model: Model, policy: Policy | None = None) -> Plan:
-    """Count, size and place the instances; every step's reasons in warnings and notes."""
+    """Count, size and place the instances; every step's reasons in warnings and notes.
+    A refusal names every way out, bfloat16 among them where float32 was the planner's
+    own choice and doubled the weights."""
     policy = policy or Policy()
+    try:
+        return plan_for(host, model, policy)
+    except PlanError as refusal:
+        if not doubled(model, host, policy.dtype):
+            raise
+        try:
+            half = plan_for(host, model, replace(policy, dtype="bfloat16"))
+        except PlanError:
+            raise refusal from None
+        raise PlanError(f"{refusal}. {in_bfloat16(half)}") from None
+
+
+def in_bfloat16(half: Plan) -> str:
+    """The way out a refusal in float32 gives when the bfloat16 plan fits, at its cost."""
+    kv = sorted({i.kv_cache_gib for i in half.instances})
+    return (
+        f"Or serve it in bfloat16 (--dtype bfloat16): it fits, {half.model.weight_gib:.1f} "
+        f"GiB of weights and KV {'/'.join(map(str, kv))} GiB per instance, but this CPU "
+        f"emulates bf16, {EMULATED_BF16_SLOWDOWN:g}x slower than float32 "
+        f"({EMULATED_BF16_SOURCE})"
+    )
+
+
+def plan_for(host: Host, model: Model, policy: Policy) -> Plan:
+    """make_plan's one attempt, in the dtype the policy gives or the CPU decides."""
     inactive = check_policy(host, policy)
     asked, limit = policy.max_model_len, model.context_limit
     if asked and limit and asked > limit:  # vLLM would refuse it at every start
