@@ -2,12 +2,12 @@
 
 `zenvllm plan` and `doctor` live in the runtime (hosts run them too, as
 `python3 -m zenvllm.runtime`), `render` and `build` in image, `bench` in bench
-(commands_embed registers commands_bench's verb and sends `--embed` on).
+(commands_bench, which sends `--embed` to commands_embed).
 """
 
 from __future__ import annotations
 
-from zenvllm.bench import commands_embed
+from zenvllm.bench import commands_bench
 from zenvllm.image import commands_image
 from zenvllm.runtime import (
     commands_calibrate,
@@ -28,7 +28,7 @@ VERBS = (
     commands_model,
     commands_revision,
     commands_image,
-    commands_embed,  # `bench`: commands_bench's verb, `--embed` to the embedding bench
+    commands_bench,
 )
 
 

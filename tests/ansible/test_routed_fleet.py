@@ -420,6 +420,12 @@ def fleet(tmp_path_factory):
             "zenvllm_instances_lib_dir": str(work / "here" / "lib"),
             "zenvllm_instances_seccomp_profile": str(work / "here" / "etc" / "seccomp-numa.json"),
             "zenvllm_instances_compile_cache_dir": str(work / "here" / "compile"),
+            "zenvllm_instances_revisions_dir": str(work / "here" / "revisions" / DEPLOYMENT),
+            # The gateway's files too: this host serves behind the router, and the undeploy
+            # must not take the default site and pair of another deployment here (the
+            # tutorial's, running beside it in the other worker, lost both: CI, 60e39ff).
+            "zenvllm_gateway_site_path": str(work / "here" / "site.conf"),
+            "zenvllm_gateway_tls_dir": str(work / "here" / "tls"),
             # The shared machine's kernel settings and packages stay as they are.
             "zenvllm_host_manage_sysctls": False,
             "zenvllm_host_manage_shm": False,

@@ -24,7 +24,7 @@ from conftest import REPO, require, require_tool
 from support.engine import ZENVLLM, build, docker, engine_env, engine_ready
 from support.tiny_model import ensure_tiny_model
 
-from zenvllm.bench import check, gateway, launch, layouts, workloads
+from zenvllm.bench import catalogue, check, gateway, launch, workloads
 
 pytestmark = pytest.mark.bench
 
@@ -96,7 +96,7 @@ def quick(prerequisites, nginx_before, tmp_path_factory):
 
 def test_progress_is_shown_while_it_runs(quick):
     _, stdout, _ = quick
-    for name in layouts.QUICK_CONFIGS:
+    for name in catalogue.QUICK_CONFIGS:
         assert f"] {name}: repeat 1/1:" in stdout
     assert "] stock: starting 1 x all CPUs" in stdout
     assert "] gateway: deploying with zenvllm's playbooks/deploy.yml" in stdout
@@ -155,7 +155,7 @@ def test_the_roofline_divides_by_measured_bandwidth(quick):
 
 def test_outputs_are_complete_and_consistent(quick):
     out, _, _ = quick
-    assert check.check_outputs(out, list(layouts.QUICK_CONFIGS)) == []
+    assert check.check_outputs(out, list(catalogue.QUICK_CONFIGS)) == []
 
 
 def test_every_configuration_ran_the_same_workload(quick):
@@ -165,7 +165,7 @@ def test_every_configuration_ran_the_same_workload(quick):
     assert w == asdict(workloads.QUICK)
     names = {c["name"] for c in result["configurations"]}
     folded = {n for c in result["configurations"] for n in c["same_as"]}
-    assert set(layouts.QUICK_CONFIGS) <= names | folded
+    assert set(catalogue.QUICK_CONFIGS) <= names | folded
     for run in result["runs"]:
         assert run["completed"] == w["num_prompts"] and run["failed"] == 0
         assert run["output_tokens"] == w["num_prompts"] * w["output_len"]

@@ -25,8 +25,8 @@ from support.engine import ZENVLLM, build, docker, engine_env, engine_ready
 from support.tiny_model import ensure_tiny_model
 
 from zenvllm.bench import guard
+from zenvllm.bench.catalogue import STOCK_DTYPE
 from zenvllm.bench.commands_bench import dtypes
-from zenvllm.bench.layouts import STOCK_DTYPE
 from zenvllm.core.topology import read_host
 
 pytestmark = pytest.mark.bench

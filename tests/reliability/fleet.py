@@ -115,6 +115,7 @@ class Fleet:
             "zenvllm_instances_supervisor": "engine",
             "zenvllm_instances_config_dir": str(self.config_dir),
             "zenvllm_instances_lib_dir": str(self.root / "lib"),
+            "zenvllm_instances_revisions_dir": str(self.root / "revisions" / self.deployment),
             "zenvllm_instances_seccomp_profile": str(self.config_dir / "seccomp-numa.json"),
             # A snapshot: an edit in the checkout must not change a rollout's plan.
             "zenvllm_planner": str(self.root / "zenvllm.pyz"),

@@ -17,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from zenvllm.bench import (
+    catalogue,
     check,
     commands_bench,
     document,
@@ -128,8 +129,8 @@ def test_client_args_ask_vllm_for_exactly_the_workload():
 
 
 def test_parse_configs():
-    assert layouts.parse_configs(None, quick=False) == list(layouts.SPECS)
-    assert layouts.parse_configs(None, quick=True) == list(layouts.QUICK_CONFIGS)
+    assert layouts.parse_configs(None, quick=False) == list(catalogue.SPECS)
+    assert layouts.parse_configs(None, quick=True) == list(catalogue.QUICK_CONFIGS)
     assert layouts.parse_configs("stock, auto,auto", quick=False) == ["stock", "auto"]
     with pytest.raises(UserError, match="unknown configuration 'fast'; choose from stock"):
         layouts.parse_configs("stock,fast", quick=False)
@@ -139,7 +140,7 @@ def test_parse_configs():
 
 def test_two_core_machine_folds_identical_layouts():
     configs, notes = layouts.resolve(
-        list(layouts.SPECS), host("test-machine-zen4-2cpu"), TINY, 8401, 512
+        list(catalogue.SPECS), host("test-machine-zen4-2cpu"), TINY, 8401, 512
     )
     by_name = {c.name: c for c in configs}
     # One node of two cores without SMT: auto is one 2-core instance (never a 1-core one
@@ -184,14 +185,16 @@ def test_big_hosts_keep_per_node_and_interleaved_apart():
     eight_gib = Model(
         name="8g", weight_bytes=8 << 30, kv_bytes_per_token=131072, max_model_len=4096
     )
-    configs, _ = layouts.resolve(list(layouts.SPECS), host("epyc-9654-nps4"), eight_gib, 8401, 512)
+    configs, _ = layouts.resolve(
+        list(catalogue.SPECS), host("epyc-9654-nps4"), eight_gib, 8401, 512
+    )
     by_name = {c.name: c for c in configs}
     # 24-core nodes are smaller than the 43 cores 8 GiB wants: auto is one per node.
     assert "per-node" in by_name["auto"].same_as and len(by_name["auto"].servers) == 4
     assert len(by_name["single"].servers) == 1
     # 128 cores, one node: auto cuts 43-core slices; contiguous and interleaved differ.
     configs, _ = layouts.resolve(
-        list(layouts.SPECS), host("epyc-9755-1s-nps1"), eight_gib, 8401, 512
+        list(catalogue.SPECS), host("epyc-9755-1s-nps1"), eight_gib, 8401, 512
     )
     by_name = {c.name: c for c in configs}
     assert by_name["single"].same_as == ("per-node",)
@@ -203,7 +206,7 @@ def test_big_hosts_keep_per_node_and_interleaved_apart():
 
 def test_zen_is_skipped_with_a_reason_where_the_cpu_cannot_run_it():
     configs, notes = layouts.resolve(
-        list(layouts.SPECS), host("vm-milan-8vcpu-avx2"), TINY, 8401, 512
+        list(catalogue.SPECS), host("vm-milan-8vcpu-avx2"), TINY, 8401, 512
     )
     assert not any(c.target == "zen" for c in configs)
     assert any(n.startswith("zen-auto: skipped") and "avx512" in n for n in notes)
@@ -219,7 +222,7 @@ def test_stock_is_what_vllms_docs_give():
     argv = spec.argv
     assert spec.files == {}
     assert "VLLM_CPU_OMP_THREADS_BIND=auto" in argv
-    assert f"VLLM_CPU_KVCACHE_SPACE={layouts.STOCK_KV_GIB}" in argv
+    assert f"VLLM_CPU_KVCACHE_SPACE={catalogue.STOCK_KV_GIB}" in argv
     assert not any(a.startswith(("--cpuset", "--memory")) for a in argv)
     assert "--shm-size=4g" in argv
     assert not any(a.startswith("LD_PRELOAD") for a in argv)  # the image's own preload stays
@@ -502,7 +505,7 @@ def test_the_recorded_real_shape_runs_have_every_peer_and_the_planner_near_the_b
     assert result["meta"]["workload"]["input_len"] == result["meta"]["workload"]["output_len"]
     assert {r["peer"] for r in result["peers"]} == {"stock", "vllm-dp", "llamacpp", "llamacpp-q8"}
     v = result["verdict"]
-    assert v["near_best"] and v["planner_vs_best"] >= layouts.NEAR_BEST
+    assert v["near_best"] and v["planner_vs_best"] >= catalogue.NEAR_BEST
     assert check.main([str(out), "--near-best"]) == 0
 
 
@@ -556,6 +559,11 @@ def test_the_gateway_touches_only_a_site_and_work_dir_zenvllm_wrote(tmp_path):
     gateway.check_paths(d)  # both zenvllm's: accepted
     gateway.remove_own_files(d)
     assert not d.site.exists() and not d.work.exists()
+    # Every path deploy.yml writes for it is in its work directory or its site, none in the
+    # host's own /var/lib/zenvllm (the revisions' default root).
+    written = {k: v for k, v in d.variables().items() if k.endswith(("_dir", "_path"))}
+    assert written["zenvllm_instances_revisions_dir"].startswith(str(d.work)), written
+    assert not [v for v in written.values() if str(v).startswith("/var/lib/zenvllm")], written
 
 
 def test_nginx_is_named_by_its_pid_file_and_its_binary_and_only_nginx_is_signalled(

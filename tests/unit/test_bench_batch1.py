@@ -126,7 +126,7 @@ def test_the_option_sets_the_prompts_and_zero_turns_batch1_off():
     commands_bench.register(parser.add_subparsers())
 
     def workload(*argv: str) -> workloads.Workload:
-        request = flags.request_of(parser.parse_args(["bench", *argv]))
+        request = flags.request_of(vars(parser.parse_args(["bench", *argv])))
         return commands_bench.workload_from(request.quick, request.workload_overrides())
 
     assert workload("--model", "/m", "--quick", "--batch1-prompts", "0").batch1_prompts == 0

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from zenvllm.bench import guard, layouts
+from zenvllm.bench import catalogue, guard
 
 RECORDED = sorted(guard.RECORDED.glob("*/results.json"))
 
@@ -138,4 +138,4 @@ def test_each_pair_of_dtypes_is_judged_against_runs_of_that_pair_only(recorded, 
 def test_the_sabotaged_plan_takes_away_what_the_plan_gains_on_its_cpu():
     assert guard.sabotaged("bfloat16", "bfloat16") == "auto-stock-bind"
     assert guard.sabotaged("bfloat16", "float32") == "auto-stock-dtype"
-    assert {"auto-stock-bind", "auto-stock-dtype"} <= set(layouts.SPECS)
+    assert {"auto-stock-bind", "auto-stock-dtype"} <= set(catalogue.SPECS)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from zenvllm.bench.layouts import ACCEPTANCE_RATIO, NEAR_BEST
+from zenvllm.bench.catalogue import ACCEPTANCE_RATIO, NEAR_BEST
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from zenvllm.bench import http_client, layouts
+from zenvllm.bench import catalogue, http_client, layouts
 from zenvllm.bench.layouts import Configuration
 from zenvllm.core import gate
 from zenvllm.core.observed import PLATFORM_CODE, PLATFORMS
@@ -161,7 +161,7 @@ def facts(
     """What the first server of a vLLM configuration ran (its platform; for the
     planner's containers the operators of one profiled request) and how it started;
     the planner's layout is restarted once for its warm time to ready."""
-    if config.kind not in ("plan", "stock", *layouts.RANK_FLAGS) or not config.servers:
+    if config.kind not in ("plan", "stock", *catalogue.RANK_FLAGS) or not config.servers:
         return {}
     first = config.servers[0]
     if first.instance:
@@ -171,7 +171,7 @@ def facts(
         found = verdict(config.target, platform_of(first.name), [])
     say(describe(config.name, config.target, found))
     record = {"backend": found, "start": started}
-    if restart_once and config.name == layouts.PLANNER:
+    if restart_once and config.name == catalogue.PLANNER:
         took = restart(first.name, first.port, wait)
         cache = "none" if started["compile_cache"] == "none" else "warm"  # it just compiled
         record["restart"] = {"ready_s": round(took, 1), "compile_cache": cache}

@@ -15,7 +15,7 @@ import statistics
 from pathlib import Path
 
 from zenvllm.bench import embed_check, recompute
-from zenvllm.bench.layouts import ACCEPTANCE_RATIO, NEAR_BEST, PEER_KINDS, PLANNER, STOCK
+from zenvllm.bench.catalogue import ACCEPTANCE_RATIO, NEAR_BEST, PEER_KINDS, PLANNER, STOCK
 from zenvllm.bench.report import batch1_row, verdict_lines, weights_row
 from zenvllm.bench.results import Summary
 from zenvllm.bench.roofline import has_batch1, roofline_row

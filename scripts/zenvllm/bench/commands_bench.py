@@ -3,55 +3,46 @@
 from __future__ import annotations
 
 import argparse
-import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from zenvllm.bench import bandwidth, document, flags, gateway, layouts, metrics, runner, workloads
-from zenvllm.bench.embed_workload import EmbedWorkload
+from zenvllm.bench import (
+    bandwidth,
+    catalogue,
+    commands_embed,
+    flags,
+    gateway,
+    layouts,
+    metrics,
+    report,
+    runner,
+    workloads,
+)
 from zenvllm.bench.gateway import Deployment
+from zenvllm.bench.preflight import (
+    checked_paths,
+    default_image,
+    describe_host,
+    has_compiler,
+    image_present,
+    print_plan,
+)
 from zenvllm.bench.roofline import Bandwidth
 from zenvllm.core import gate
 from zenvllm.core.container import EAGER_PIPELINE
 from zenvllm.core.cores import usable_cores
 from zenvllm.core.dtype import serving_dtype
 from zenvllm.core.errors import UserError
-from zenvllm.core.host import GIB, Host
+from zenvllm.core.host import Host
 from zenvllm.core.model import Model, read_model
 from zenvllm.core.topology import read_host
-from zenvllm.image import baseimage, outputs, peers, render
+from zenvllm.image import baseimage, peers, render
 from zenvllm.image.playbooks import BENCH_EXTRA
-from zenvllm.runtime.engine import DOCKER
 
 DEFAULT_MAX_MODEL_LEN = 512
-
-
-def default_image(target: str) -> str:
-    """The tag `zenvllm build --target T` gives its image."""
-    config = render.load_config()
-    return render.default_tag(config, render.resolve(config, target, {}, None))
-
-
-def image_present(tag: str) -> bool:
-    return DOCKER.ok("image", "inspect", tag, timeout=60)
-
-
-def has_compiler(image: str) -> bool:
-    """vLLM's default (torch.compile) mode needs a C++ compiler on the CPU (Inductor).
-    A probe that could not run (the engine's 125-127) is an error, not "no compiler":
-    it must not switch every configuration to eager mode unsaid."""
-    probe = "command -v g++ || command -v c++"
-    done = DOCKER.run("run", "--rm", "--network", "host", "--entrypoint", "sh", image, "-c", probe)
-    if done.returncode in (0, 1):
-        return done.returncode == 0
-    raise UserError(
-        f"could not look for a C++ compiler in {image} (`docker run` exited "
-        f"{done.returncode}: {done.stderr.strip()[-300:]}); fix the engine or the image, "
-        "or pass --compile to keep compiled mode without looking"
-    )
 
 
 def workload_from(quick: bool, overrides: Mapping[str, int]) -> workloads.Workload:
@@ -116,7 +107,7 @@ def peers_for(names: list[str], model: Model) -> tuple[list[str], list[str]]:
     """llama.cpp's configurations convert bf16 safetensors: a quantized --model has none."""
     if model.quantization is None:
         return names, []
-    llamacpp = [n for n in names if layouts.SPECS[n].kind == "llamacpp"]
+    llamacpp = [n for n in names if catalogue.SPECS[n].kind == "llamacpp"]
     notes = [
         f"{n}: skipped: --model holds {model.quantization.label} weights; the llama.cpp "
         "peer converts bf16 weights to GGUF (bench the bf16 model with --weights NAME=DIR)"
@@ -126,8 +117,11 @@ def peers_for(names: list[str], model: Model) -> tuple[list[str], list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """The command's entry point: its flags, read once into a request, then the bench."""
-    request = flags.request_of(args)
+    """The command's entry point: its flags, read once into a request, then the bench:
+    the embedding bench with --embed (bench/commands_embed.py), else this one."""
+    request = flags.request_of(vars(args))
+    if request.embed:
+        return commands_embed.run(request)
     model_dir, out_dir, compile_cache = checked_paths(request)
     model = read_model(model_dir)
     max_len = request.max_model_len or min(DEFAULT_MAX_MODEL_LEN, model.max_model_len or 10**9)
@@ -180,25 +174,6 @@ def run(args: argparse.Namespace) -> int:
     return measure_and_report(configs, settings, request.out, request.metrics_file)
 
 
-def checked_paths(request: flags.BenchRequest) -> tuple[Path, Path, str]:
-    """(the model's directory, the output directory, the compile cache's or ""): the
-    request's paths, each checked before any work, --out first."""
-    out, model, compile_cache = request.out, request.model, request.compile_cache
-    outputs.check_output(out, "--out")
-    if request.metrics_file:
-        metrics.check_metrics_file(request.metrics_file)
-    model_dir = gate.resolved(model, f"--model {model}", "give a local model directory")
-    if not model_dir.is_dir():
-        raise UserError(f"--model {model}: not a directory; give a local model directory")
-    out_dir = gate.resolved(out, f"--out {out}", "give a directory")
-    cache = (
-        str(gate.resolved(compile_cache, f"--compile-cache {compile_cache}", "give a directory"))
-        if compile_cache
-        else ""
-    )
-    return model_dir, out_dir, cache
-
-
 def configurations(
     request: flags.BenchRequest, model_dir: Path, model: Model, max_len: int
 ) -> tuple[Host, Bandwidth | None, list[layouts.Configuration], list[str]]:
@@ -225,7 +200,7 @@ def measure_and_report(
 ) -> int:
     """Run the bench, print its table, write --metrics-file: the exit status."""
     result, status = runner.run_bench(configs, settings)
-    runner.print_summary(result, out)
+    print_summary(result, out)
     if metrics_file:
         metrics.write_metrics_file(metrics_file, result)
         runner.say(f"metrics: {metrics_file}")
@@ -354,30 +329,6 @@ def choose_gateway(
     return gateway_url, deployment, configs
 
 
-def describe_host(host: Host) -> str:
-    """The machine in one line, for the report's title and meta."""
-    return (
-        f"{host.cpu_name}, {len(host.allowed_cpus)} CPUs, "
-        f"{len(host.nodes)} NUMA node(s), {host.mem_total_bytes / GIB:.0f} GiB"
-    )
-
-
-def print_plan(
-    configs: list[layouts.Configuration],
-    images: dict[str, str],
-    workload: workloads.Workload | EmbedWorkload,
-    notes: list[str],
-) -> int:
-    """--dry-run: what would run, as JSON, so it can be checked before hours of measuring."""
-    plan = {
-        "configurations": [document.config_dict(c, images.get(c.target)) for c in configs],
-        "workload": asdict(workload),
-        "notes": notes,
-    }
-    print(json.dumps(plan, indent=2))
-    return 0
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "bench",
@@ -392,3 +343,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     flags.add_image_flags(parser)
     flags.add_output_flags(parser)
     parser.set_defaults(func=run)
+
+
+def print_summary(result: dict, out_dir: Path) -> None:
+    """The table of a finished run, and where its files are."""
+    print()
+    print(report.markdown(result), end="")
+    print(f"\noutputs in {out_dir}: results.json runs.csv summary.csv table.md *.png", flush=True)

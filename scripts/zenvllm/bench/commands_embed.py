@@ -1,9 +1,9 @@
 """`zenvllm bench --embed`: embedding throughput of stock vLLM, the planner's layout
 and infinity-emb on one embedding model, measured by vLLM's own `vllm bench serve`.
 
-The verb is `zenvllm bench` (bench/commands_bench.py registers its flags); this
-module registers it for the CLI and sends `--embed` here, the rest to
-commands_bench.run. It reads what the embedding bench needs of the request, decides
+The verb is `zenvllm bench` (bench/commands_bench.py registers its flags and sends
+`--embed` here, with the request it read). This module reads what the embedding bench
+needs of the request, decides
 the configurations (bench/embed_configs.py) and the workload
 (bench/embed_workload.py), exports the peer's ONNX file once (bench/to_onnx.py)
 and hands them to bench/embed_runner.py.
@@ -11,18 +11,17 @@ and hands them to bench/embed_runner.py.
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from zenvllm.bench import (
     bandwidth,
-    commands_bench,
     embed_configs,
     embed_report,
     embed_runner,
     flags,
+    preflight,
     runner,
     to_onnx,
 )
@@ -86,17 +85,15 @@ def images_of(
 ) -> tuple[dict[str, str], list[Configuration]]:
     """vLLM's image (servers and every client) must exist; without the peer's image the
     peer is skipped with a note."""
-    images = {
-        "vllm-openai": request.images.vllm_openai or commands_bench.default_image("vllm-openai")
-    }
+    images = {"vllm-openai": request.images.vllm_openai or preflight.default_image("vllm-openai")}
     if any(c.target == embed_configs.PEER for c in configs):
         config = render.load_config()
         tag = request.images.infinity or peers.default_tag(config, embed_configs.PEER, "")
         images[embed_configs.PEER] = tag
-        if not request.dry_run and not commands_bench.image_present(tag):
+        if not request.dry_run and not preflight.image_present(tag):
             notes.append(f"infinity skipped: image {tag} not built (make peer-image PEER=infinity)")
             configs = [c for c in configs if c.target != embed_configs.PEER]
-    if not request.dry_run and not commands_bench.image_present(images["vllm-openai"]):
+    if not request.dry_run and not preflight.image_present(images["vllm-openai"]):
         raise UserError(f"image {images['vllm-openai']} not found; build it with `make image`")
     return images, configs
 
@@ -107,7 +104,7 @@ def eager_if_needed(
     """As the generation bench: without a C++ compiler every server runs eager."""
     if request.dry_run or w.enforce_eager or request.compile:
         return w
-    if commands_bench.has_compiler(image):
+    if preflight.has_compiler(image):
         return w
     notes.append(f"{image} has no C++ compiler: every vLLM server runs with --enforce-eager")
     return replace(w, enforce_eager=True)
@@ -120,7 +117,7 @@ def cpu_of(host: Host) -> str:
 def run(request: flags.BenchRequest) -> int:
     """The embedding bench, from the bench's request: its exit status."""
     refuse_generation_flags(request)
-    model_dir, out_dir, compile_cache = commands_bench.checked_paths(request)
+    model_dir, out_dir, compile_cache = preflight.checked_paths(request)
     model = read_model(model_dir)
     if model.runner != POOLING:
         raise UserError(f"--embed: {model_dir.name} is not an embedding model ({model.runner_why})")
@@ -138,7 +135,7 @@ def run(request: flags.BenchRequest) -> int:
     images, configs = images_of(request, configs, notes)
     workload = eager_if_needed(request, workload, images["vllm-openai"], notes)
     if request.dry_run:
-        return commands_bench.print_plan(configs, images, workload, notes)
+        return preflight.print_plan(configs, images, workload, notes)
     settings = embed_runner.Settings(
         model_dir=model_dir,
         model_name=model.name,
@@ -150,7 +147,7 @@ def run(request: flags.BenchRequest) -> int:
         infinity_version=str(render.load_config()["peers"][embed_configs.PEER]["version"]),
         start_timeout_s=request.start_timeout,
         plots=request.plots,
-        host_label=commands_bench.describe_host(host),
+        host_label=preflight.describe_host(host),
         cpu=cpu_of(host),
         notes=notes,
         compile_cache_dir=compile_cache,
@@ -173,16 +170,3 @@ def onnx_for(
     uid = runner.CONTAINER_USER[0]
     image = images[embed_configs.PEER]
     return to_onnx.cached_onnx(model_dir, image, pooling, baseimage.cache_dir(), uid)
-
-
-def dispatch(args: argparse.Namespace) -> int:
-    """`zenvllm bench`: the embedding bench with --embed, else the generation bench."""
-    if args.embed:
-        return run(flags.request_of(args))
-    return commands_bench.run(args)
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """The bench verb as commands_bench defines it, run through dispatch."""
-    commands_bench.register(subparsers)
-    subparsers.choices["bench"].set_defaults(func=dispatch)

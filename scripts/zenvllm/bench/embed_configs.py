@@ -12,16 +12,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from zenvllm.bench.layouts import (
-    PLANNER,
-    SPECS,
-    STOCK,
-    Configuration,
-    Server,
-    policy_of,
-    servers_of,
-    stock_server,
-)
+from zenvllm.bench.catalogue import PLANNER, SPECS, STOCK
+from zenvllm.bench.layouts import Configuration, Server, policy_of, servers_of, stock_server
 from zenvllm.core.cores import usable_cores
 from zenvllm.core.errors import PlanError, UserError
 from zenvllm.core.host import Host

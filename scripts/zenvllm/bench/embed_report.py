@@ -12,9 +12,10 @@ from dataclasses import asdict, fields
 from pathlib import Path
 
 from zenvllm.bench import report
+from zenvllm.bench.catalogue import PLANNER, STOCK
 from zenvllm.bench.document import config_dict
 from zenvllm.bench.embed_results import EmbedRun, EmbedSummary, derived
-from zenvllm.bench.layouts import PLANNER, STOCK, Configuration
+from zenvllm.bench.layouts import Configuration
 
 KIND = "embed"  # meta.kind: bench/check.py hands such a directory to bench/embed_check.py
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass
 
+from zenvllm.bench.catalogue import PLANNER, STOCK
 from zenvllm.bench.embed_configs import PEER
 from zenvllm.bench.embed_workload import PERCENTILES
-from zenvllm.bench.layouts import PLANNER, STOCK, Configuration
+from zenvllm.bench.layouts import Configuration
 from zenvllm.bench.results import span_s
 
 # What `vllm bench serve` writes for an embedding backend (with --save-detailed).

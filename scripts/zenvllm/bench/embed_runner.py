@@ -25,9 +25,11 @@ from zenvllm.bench import (
     leftovers,
     runner,
 )
+from zenvllm.bench.catalogue import STOCK
 from zenvllm.bench.embed_results import EmbedClient, EmbedRun, combine, parse_result
 from zenvllm.bench.embed_workload import BACKENDS, EmbedWorkload, Share, client_args, shares
-from zenvllm.bench.layouts import MODEL_MOUNT, STOCK, Configuration
+from zenvllm.bench.layouts import MODEL_MOUNT, Configuration
+from zenvllm.bench.meta import run_meta
 from zenvllm.core import gate
 from zenvllm.core.errors import UserError
 from zenvllm.image import outputs
@@ -213,7 +215,7 @@ def measure_all(
 
 def meta(settings: Settings, run_id: str, started: float, load_before, failures) -> dict:
     return {
-        **runner.run_meta(settings, run_id, started, load_before, failures),
+        **run_meta(settings, run_id, started, load_before, failures),
         "cpu": settings.cpu,
         "onnx_dir": str(settings.onnx_dir) if settings.onnx_dir else None,
     }

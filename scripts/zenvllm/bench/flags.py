@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
-from zenvllm.bench import layouts, workloads
+from zenvllm.bench import catalogue, workloads
 from zenvllm.core import arguments
 from zenvllm.core.arguments import real, whole
 
@@ -27,8 +30,8 @@ class ImageTags:
 class BenchRequest:
     """What the command is asked: every option its flags give, in --help's order, typed
     and frozen; None where a flag without a default of its own was left out (the parser
-    alone holds the defaults). request_of builds it once from argparse's Namespace, which
-    stays in run; the helpers take it or the fields they need. Nothing in it is checked
+    alone holds the defaults). request_of builds it once from the parsed flags; the
+    Namespace stays in run; the helpers take it or the fields they need. Nothing in it is checked
     yet: run checks the paths and values in the order it always has."""
 
     model: Path  # not yet checked to be a directory
@@ -92,7 +95,7 @@ def add_target_flags(parser: argparse.ArgumentParser) -> None:
         metavar="N,N,...",
         help="--embed: inputs per request (default 1,8,32); --num-prompts counts inputs",
     )
-    parser.add_argument("--configs", help=f"comma list from: {', '.join(layouts.SPECS)}")
+    parser.add_argument("--configs", help=f"comma list from: {', '.join(catalogue.SPECS)}")
     parser.add_argument(
         "--weights",
         action="append",
@@ -197,8 +200,10 @@ def add_output_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def request_of(args: argparse.Namespace) -> BenchRequest:
-    """The one reader of the bench's Namespace: every flag, typed, in --help's order."""
+def request_of(values: Mapping[str, Any]) -> BenchRequest:
+    """The one reader of the bench's parsed flags (vars of the Namespace, which stays in
+    the entry point): every flag, typed, in --help's order."""
+    args = SimpleNamespace(**values)
     return BenchRequest(
         model=args.model,
         quick=args.quick,

@@ -81,6 +81,8 @@ class Deployment:
             "zenvllm_instances_serve_args": list(self.serve_args),
             "zenvllm_instances_config_dir": str(etc),
             "zenvllm_instances_lib_dir": str(self.work / "lib"),
+            # Its revisions too: a throwaway deployment leaves nothing in /var/lib/zenvllm.
+            "zenvllm_instances_revisions_dir": str(self.work / "revisions" / self.name),
             # The planner as hosts receive it, made from this installed package.
             "zenvllm_planner": str(self.work / "zenvllm.pyz"),
             "zenvllm_instances_seccomp_profile": str(etc / "seccomp-numa.json"),

@@ -1,4 +1,5 @@
-"""The benchmark's configurations: the catalogue, and each entry resolved on the host.
+"""The benchmark's configurations: each entry of the catalogue (bench/catalogue.py)
+resolved on the host.
 
 Pure, like the workload they run (bench/workloads.py): no processes and no network
 here (bench/runner.py is the side-effect edge). A catalogue entry (Spec) meets the
@@ -11,6 +12,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from zenvllm.bench.catalogue import (
+    QUICK_CONFIGS,
+    RANK_FLAGS,
+    SPECS,
+    STOCK,
+    STOCK_DTYPE,
+    STOCK_KV_GIB,
+    STOCK_SHM,
+    Spec,
+)
 from zenvllm.core.container import placement
 from zenvllm.core.cores import usable_cores
 from zenvllm.core.dtype import served_model
@@ -20,122 +31,7 @@ from zenvllm.core.model import Model
 from zenvllm.core.plan import Instance, Plan, Policy, make_plan
 from zenvllm.core.topology import format_cpu_list, parse_cpu_list
 
-# vLLM's CPU guide, "How to decide VLLM_CPU_KVCACHE_SPACE?": "This value is 4GB by default".
-STOCK_KV_GIB = 4
-# vLLM's CPU guide's `docker run` example.
-STOCK_SHM = "4g"
-# As a user runs a bf16 model; `zenvllm bench --stock-dtype plan` gives stock the plan's.
-STOCK_DTYPE = "bfloat16"
 MODEL_MOUNT = "/model"
-STOCK = "stock"
-PLANNER = "auto"  # the configuration that is the planner's own choice
-ACCEPTANCE_RATIO = 1.3  # the goal: the planner's layout >= 1.3x stock output throughput
-NEAR_BEST = 0.95  # the goal: the planner's layout >= 0.95x the best that serves the same weights
-# What a user would run instead of zenvllm: vLLM's own parallel sizes as its CPU guide
-# runs them (one container over the plan's slices, a rank per slice: data parallel's whole
-# copies, or one copy split by tensor or pipeline parallel), and llama.cpp.
-PEER_KINDS = ("dp", "tp", "pp", "llamacpp")
-RANK_FLAGS = {
-    "dp": "--data-parallel-size",
-    "tp": "--tensor-parallel-size",
-    "pp": "--pipeline-parallel-size",
-}
-SPLIT_KINDS = ("tp", "pp")  # one copy over every rank
-# Bytes a decode step reads per bf16 weight byte: Q8_0 stores 32 weights in 34 bytes.
-GGUF_BYTES = {"bf16": 1.0, "q8_0": 34 / 64}
-
-
-@dataclass(frozen=True)
-class Spec:
-    """A configuration before it meets the host."""
-
-    name: str
-    # stock | plan | dp, tp or pp (vLLM's own parallel over the plan's slices: RANK_FLAGS)
-    # | llamacpp | gateway
-    kind: str
-    summary: str
-    target: str = "vllm-openai"  # the image (a peer's own for llamacpp)
-    # plan: None auto, N, "per-node", "two-per-node" or "ranks" (per node; two on one node)
-    instances: int | str | None = None
-    layout: str = "contiguous"
-    gguf: str = ""  # llamacpp: the GGUF type its weights are converted to
-    env: tuple[tuple[str, str], ...] = ()  # plan: over each instance's planned env
-    dtype: str = ""  # plan: the dtype asked of the planner; "": the one it chooses
-
-
-CATALOGUE = (
-    Spec(STOCK, "stock", "vLLM's docs: one container, all CPUs, default env, auto binding"),
-    # The planner's own choice comes first, so layouts identical to it fold into it.
-    Spec(PLANNER, "plan", "planner's auto layout (contiguous cores)"),
-    Spec("single", "plan", "planner: one instance on all cores", instances=1),
-    Spec("per-node", "plan", "planner: one instance per NUMA node", instances="per-node"),
-    Spec("two-per-node", "plan", "planner: two instances per NUMA node", instances="two-per-node"),
-    Spec(
-        "auto-interleaved",
-        "plan",
-        "planner's auto instance count, interleaved cores",
-        layout="interleaved",
-    ),
-    # The plan without its thread binding (vLLM's default, as stock runs): what the
-    # binding alone buys; the speed guard's sabotaged plan (bench/guard.py --config).
-    Spec(
-        "auto-stock-bind",
-        "plan",
-        "planner's auto layout with vLLM's default thread binding (auto), as stock has",
-        env=(("VLLM_CPU_OMP_THREADS_BIND", "auto"),),
-    ),
-    # The plan in the model's dtype, as stock serves it, where the planner would choose
-    # another (float32 on a CPU that emulates bf16): what the dtype alone buys; the
-    # guard's sabotaged plan on such a CPU. Where the CPU computes bf16 it folds into auto.
-    Spec(
-        "auto-stock-dtype",
-        "plan",
-        f"planner's auto layout served in {STOCK_DTYPE}, as stock is, whatever this CPU computes",
-        dtype=STOCK_DTYPE,
-    ),
-    Spec("zen-auto", "plan", "zen image, the planner's auto layout", target="zen"),
-    Spec("zen-single", "plan", "zen image, one instance on all cores", target="zen", instances=1),
-    # AMD PACE's plugin on its own vLLM pin (0.28.0; the others run 0.32.0).
-    Spec("pace-auto", "plan", "pace image (vLLM 0.28), the planner's auto layout", target="pace"),
-    Spec(
-        "vllm-dp",
-        "dp",
-        "vLLM's own data parallel: one container, one rank per planner slice",
-    ),
-    # One copy split, against the replicas the planner keeps while a copy fits a node: a
-    # rank per NUMA node, as the planner splits a copy that fits none (two ranks, one per
-    # half of the cores, on a one-node host).
-    Spec(
-        "vllm-tp",
-        "tp",
-        "vLLM's tensor parallel: one copy, one rank per NUMA node (per half of a lone node)",
-        instances="ranks",
-    ),
-    Spec(
-        "vllm-pp",
-        "pp",
-        "vLLM's pipeline parallel in one host: one copy, a stage per NUMA node (per half "
-        "of a lone node)",
-        instances="ranks",
-    ),
-    Spec(
-        "llamacpp",
-        "llamacpp",
-        "llama.cpp's llama-server on the same weights as GGUF bf16, a thread per core",
-        target="llamacpp",
-        gguf="bf16",
-    ),
-    Spec(
-        "llamacpp-q8",
-        "llamacpp",
-        "llama-server on the weights quantized to GGUF Q8_0 (half the bytes per step)",
-        target="llamacpp",
-        gguf="q8_0",
-    ),
-    Spec("gateway", "gateway", "deploy.yml's nginx gateway over the planned instances"),
-)
-SPECS = {s.name: s for s in CATALOGUE}
-QUICK_CONFIGS = (STOCK, PLANNER, "vllm-dp", "llamacpp", "gateway")
 
 
 @dataclass(frozen=True)
@@ -419,6 +315,23 @@ def weights_configs(
     return configs, notes
 
 
+def planned_config(spec: Spec, plan: Plan, model: Model, base_port: int) -> Configuration:
+    """A configuration of the planner's (kind plan) or of vLLM's own ranks over its slices."""
+    servers = (
+        (ranks_server(plan, base_port, spec.kind),)
+        if spec.kind in RANK_FLAGS
+        else tuple(with_env(s, dict(spec.env)) for s in servers_of(plan))
+    )
+    return Configuration(
+        spec.name,
+        spec.kind,
+        spec.summary,
+        spec.target,
+        tuple(in_dtype(s, model) for s in servers),
+        serve_env=spec.env,
+    )
+
+
 def resolve(
     names: list[str],
     host: Host,
@@ -446,24 +359,12 @@ def resolve(
             server = llamacpp_server(host, spec, base_port)
             config = Configuration(name, spec.kind, spec.summary, spec.target, (server,))
         else:
+            policy = policy_of(spec, host, base_port, max_model_len, base or Policy())
             try:
-                plan = make_plan(
-                    host, model, policy_of(spec, host, base_port, max_model_len, base or Policy())
-                )
+                config = planned_config(spec, make_plan(host, model, policy), model, base_port)
             except PlanError as err:
                 notes.append(f"{name}: skipped on this host: {err}")
                 continue
-            servers = tuple(
-                in_dtype(s, model)
-                for s in (
-                    (ranks_server(plan, base_port, spec.kind),)
-                    if spec.kind in RANK_FLAGS
-                    else tuple(with_env(s, dict(spec.env)) for s in servers_of(plan))
-                )
-            )
-            config = Configuration(
-                name, spec.kind, spec.summary, spec.target, servers, serve_env=spec.env
-            )
         twin = next(
             (c for c in configs if c.kind != "gateway" and c.signature() == config.signature()),
             None,

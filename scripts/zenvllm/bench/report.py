@@ -12,8 +12,9 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from types import ModuleType
 
+from zenvllm.bench.catalogue import ACCEPTANCE_RATIO, PLANNER, STOCK
 from zenvllm.bench.document import configs_from_dicts
-from zenvllm.bench.layouts import ACCEPTANCE_RATIO, PLANNER, STOCK, Configuration
+from zenvllm.bench.layouts import Configuration
 from zenvllm.bench.results import Run, Summary
 from zenvllm.bench.roofline import OVER, cached_note, over, percent_text, roofline_table
 from zenvllm.core.errors import UserError

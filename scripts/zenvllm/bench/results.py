@@ -12,14 +12,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from zenvllm.bench.layouts import (
-    ACCEPTANCE_RATIO,
-    NEAR_BEST,
-    PEER_KINDS,
-    PLANNER,
-    STOCK,
-    Configuration,
-)
+from zenvllm.bench.catalogue import ACCEPTANCE_RATIO, NEAR_BEST, PEER_KINDS, PLANNER, STOCK
+from zenvllm.bench.layouts import Configuration
 
 # -- results -----------------------------------------------------------------
 

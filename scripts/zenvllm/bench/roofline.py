@@ -17,14 +17,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from zenvllm.bench.layouts import (
-    GGUF_BYTES,
-    PLANNER,
-    SPLIT_KINDS,
-    Configuration,
-    Server,
-    cpu_ids,
-)
+from zenvllm.bench.catalogue import GGUF_BYTES, PLANNER, SPLIT_KINDS
+from zenvllm.bench.layouts import Configuration, Server, cpu_ids
 
 # The goal: at batch 1 the planner's layout should stream at least 60% of its bandwidth.
 BATCH1_GOAL = 60.0

@@ -12,23 +12,23 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import sys
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol
 
 from zenvllm.bench import (
     backend,
+    catalogue,
     clients,
     document,
     gateway,
     launch,
     layouts,
     leftovers,
+    meta,
     report,
     results,
 )
@@ -75,7 +75,7 @@ class Settings:
     compile_cache_dir: str = ""
     serve_env: dict[str, str] = field(default_factory=dict)  # over the planner's env
     # What stock and the planner's layouts serve in (the guard compares runs where they match).
-    stock_dtype: str = layouts.STOCK_DTYPE
+    stock_dtype: str = catalogue.STOCK_DTYPE
     plan_dtype: str = "bfloat16"
     restart: bool = True  # restart the planner's layout once: its warm time to ready
 
@@ -357,8 +357,8 @@ def _measure_into(
         runs, batch1_runs, failures, facts = _measure_each(
             configs, settings, raw, run_id, progress, setup
         )
-        meta = _meta(settings, run_id, started, load_before, failures)
-        result = document.result_document(meta, configs, settings.images, runs, batch1_runs, facts)
+        said = _meta(settings, run_id, started, load_before, failures)
+        result = document.result_document(said, configs, settings.images, runs, batch1_runs, facts)
         report.write_outputs(result, staging, plots=settings.plots)
         return result, (1 if failures else 0)
     finally:
@@ -401,54 +401,6 @@ def _measure_each(
     return runs, batch1_runs, failures, facts
 
 
-class RunSettings(Protocol):
-    """What run_meta reads (read-only): this bench's Settings and the embedding bench's."""
-
-    @property
-    def host_label(self) -> str: ...
-    @property
-    def model_name(self) -> str: ...
-    @property
-    def model_dir(self) -> Path: ...
-    @property
-    def images(self) -> dict[str, str]: ...
-    @property
-    def max_model_len(self) -> int: ...
-    @property
-    def workload(self) -> Any: ...  # a dataclass: Workload or EmbedWorkload
-    @property
-    def notes(self) -> list[str]: ...
-
-
-def run_meta(
-    settings: RunSettings,
-    run_id: str,
-    started: float,
-    load_before: tuple[float, float, float],
-    failures: list[str],
-) -> dict:
-    """What every bench's results say of their run: the run, the host, the model, the
-    workload, the load and wall time as the runs end."""
-    return {
-        "run_id": run_id,
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-        "host": settings.host_label,
-        "cpus": os.cpu_count(),
-        "model": settings.model_name,
-        "model_dir": str(settings.model_dir),
-        "images": settings.images,
-        "max_model_len": settings.max_model_len,
-        "stock_dtype": settings.stock_dtype,
-        "plan_dtype": settings.plan_dtype,
-        "workload": asdict(settings.workload),
-        "load_before": [round(x, 2) for x in load_before],
-        "load_after": [round(x, 2) for x in os.getloadavg()],
-        "wall_s": round(time.time() - started, 1),
-        "notes": settings.notes,
-        "failures": failures,
-    }
-
-
 def _meta(
     settings: Settings,
     run_id: str,
@@ -459,16 +411,9 @@ def _meta(
     """The results' meta: the run, the host, the model, the workload; the load and wall
     time as the runs end."""
     return {
-        **run_meta(settings, run_id, started, load_before, failures),
+        **meta.run_meta(settings, run_id, started, load_before, failures),
         "serve_env": settings.serve_env,  # --serve-env: over the plan's env
         "weight_bytes": settings.weight_bytes,
         **(settings.bandwidth.meta() if settings.bandwidth else NO_BANDWIDTH),
         "host_cores": settings.host_cores,
     }
-
-
-def print_summary(result: dict, out_dir: Path) -> None:
-    print()
-    print(report.markdown(result), end="")
-    print(f"\noutputs in {out_dir}: results.json runs.csv summary.csv table.md *.png", flush=True)
-    sys.stdout.flush()

@@ -6,7 +6,9 @@ import argparse
 import os
 import sys
 import time
+from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
 from zenvllm.core.topology import read_host
 from zenvllm.image import baseimage, build, outputs, peers, provenance, push, render
@@ -59,22 +61,41 @@ def add_render_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def base_of(args: argparse.Namespace, config: dict) -> str:
-    return args.base_image or config["defaults"]["base_image"]
+@dataclass(frozen=True)
+class RenderOptions:
+    """What the render options (add_render_options) ask, typed; each field is the flag's
+    argparse name, so the entry points read it whole from their Namespace."""
+
+    target: str
+    pin: list[str] | None  # NAME=VERSION, each as given
+    source: str | None
+    wheelhouse: str | None
+    extra_ca_certs: str | None
+    base_image: str | None
+    override: str | None
 
 
-def request_of(args: argparse.Namespace, buildkit: bool, config: dict):
-    peer = peers.is_peer(config, args.target)
-    origin = provenance.origin(base_of(args, config), peer=peer)
+def options_in(values: dict[str, Any]) -> RenderOptions:
+    """The render options among a command's parsed values (vars of its Namespace)."""
+    return RenderOptions(**{f.name: values[f.name] for f in fields(RenderOptions)})
+
+
+def base_of(options: RenderOptions, config: dict) -> str:
+    return options.base_image or config["defaults"]["base_image"]
+
+
+def request_of(options: RenderOptions, buildkit: bool, config: dict) -> render.Request:
+    peer = peers.is_peer(config, options.target)
+    origin = provenance.origin(base_of(options, config), peer=peer)
     return render.Request(
-        target=args.target,
-        pins=render.parse_pins(args.pin),
-        source=args.source,
-        base_image=args.base_image,
-        wheelhouse=_path(args.wheelhouse),
-        extra_ca_certs=_path(args.extra_ca_certs),
+        target=options.target,
+        pins=render.parse_pins(options.pin),
+        source=options.source,
+        base_image=options.base_image,
+        wheelhouse=_path(options.wheelhouse),
+        extra_ca_certs=_path(options.extra_ca_certs),
         buildkit=buildkit,
-        override=_path(args.override),
+        override=_path(options.override),
         origin=origin,
     )
 
@@ -89,7 +110,7 @@ def context_of(config: dict, request: render.Request) -> render.Context:
 def run_render(args: argparse.Namespace) -> int:
     outputs.check_output(args.output, "--output")  # before any work
     config = render.load_config()
-    context = context_of(config, request_of(args, args.buildkit, config))
+    context = context_of(config, request_of(options_in(vars(args)), args.buildkit, config))
     render.write_context(context, args.output)
     print(Path(args.output).resolve())
     print(f"render: {context.target} -> {args.output} (tag {context.tag})", file=sys.stderr)
@@ -100,9 +121,10 @@ def run_build(args: argparse.Namespace) -> int:
     engine = build.choose_engine(args.engine, args.builder)
     build.check_daemon(engine)
     config = render.load_config()
-    request = request_of(args, engine.buildkit, config)
+    options = options_in(vars(args))
+    request = request_of(options, engine.buildkit, config)
     context = context_of(config, request)  # refuses bad pins before any build work
-    base = base_of(args, config)
+    base = base_of(options, config)
     if base == config["defaults"]["base_image"]:
         baseimage.ensure_base_image(base, engine=engine.binary)
     tag = args.tag or context.tag
