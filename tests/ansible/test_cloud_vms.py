@@ -228,7 +228,13 @@ class Operator:
     home: Path
     environ: dict[str, str]
 
-    def run(self, name: str, cloud_dir: Path, placeholders: dict[str, str] | None = None):
+    def run(
+        self,
+        name: str,
+        cloud_dir: Path,
+        placeholders: dict[str, str] | None = None,
+        where: str = "",  # the checkout's directory the page runs the block in
+    ):
         """Block NAME run as written against the replayed cloud: its output, and the
         cloud (what the clients asked of it)."""
         with replay(QS3_CLOUD, values={"address": self.machine.address}) as cloud:
@@ -236,7 +242,7 @@ class Operator:
                 "OS_CLIENT_CONFIG_FILE": str(clouds_yaml(cloud, cloud_dir)),
                 "OS_CLOUD": "lab",
             }
-            cwd = self.checkout / ("ansible" if name == "openstack-deploy" else "")
+            cwd = self.checkout / where
             start = time.monotonic()
             done = readme.run(name, placeholders, cwd=cwd, env=environ, timeout=1800)
             print(f"{name}: {time.monotonic() - start:.0f} s")
@@ -329,7 +335,7 @@ def test_the_openstack_pages_boot_and_deploy_steps_run_as_written(operator, tmp_
     assert server["security_groups"], server
     before = operator.containers()
     deploy, _ = operator.run(
-        "openstack-deploy", tmp_path, {"FLOATING_IP": operator.machine.address}
+        "openstack-deploy", tmp_path, {"FLOATING_IP": operator.machine.address}, "ansible"
     )
     assert deploy.returncode == 0, deploy.stdout[-6000:] + deploy.stderr[-2000:]
     answer = json.loads(deploy.stdout[deploy.stdout.rindex('{"id"') :])

@@ -384,3 +384,17 @@ def test_real_result_files_of_vllms_client_are_read_as_it_computed_them(name, ba
         assert mine == pytest.approx(data[f"p{p}_e2el_ms"], rel=1e-9)
     run = embed_results.combine("x", batch, 1, [got], 0.0, 4)
     assert run.inputs_s == round(requests * batch / round(data["duration"], 4), 2)
+
+
+def test_the_embedding_runs_meta_is_made_from_its_own_settings(tmp_path):
+    """run_meta reads only what both benches' settings hold (the dtypes are the
+    generation bench's: reading them here failed an embedding run at its very end)."""
+    from zenvllm.bench import embed_runner
+    from zenvllm.bench.meta import run_meta
+
+    settings = embed_runner.Settings(
+        model_dir=tmp_path, model_name="m", images={}, workload=EmbedWorkload(),
+        max_model_len=512, out_dir=tmp_path, onnx_dir=None, host_label="h",
+    )  # fmt: skip
+    said = run_meta(settings, "run", 0.0, (0.0, 0.0, 0.0), [])
+    assert said["model"] == "m" and "stock_dtype" not in said

@@ -47,8 +47,6 @@ def run_meta(
         "model_dir": str(settings.model_dir),
         "images": settings.images,
         "max_model_len": settings.max_model_len,
-        "stock_dtype": settings.stock_dtype,
-        "plan_dtype": settings.plan_dtype,
         "workload": asdict(settings.workload),
         "load_before": [round(x, 2) for x in load_before],
         "load_after": [round(x, 2) for x in os.getloadavg()],

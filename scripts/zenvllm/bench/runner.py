@@ -412,6 +412,9 @@ def _meta(
     time as the runs end."""
     return {
         **meta.run_meta(settings, run_id, started, load_before, failures),
+        # The generation bench's own: the embedding bench's Settings has no dtypes.
+        "stock_dtype": settings.stock_dtype,
+        "plan_dtype": settings.plan_dtype,
         "serve_env": settings.serve_env,  # --serve-env: over the plan's env
         "weight_bytes": settings.weight_bytes,
         **(settings.bandwidth.meta() if settings.bandwidth else NO_BANDWIDTH),
