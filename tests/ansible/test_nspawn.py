@@ -20,31 +20,43 @@ with enforced limits behind the same roles is tests/ansible/test_e2e.py.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
+import ssl
 import subprocess
 import sys
+import tempfile
+import threading
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 from conftest import REPO, require, require_tool
-from support import engine, nspawn, registry
+from support import engine, nspawn, readme, registry
 from support.ansible_run import (
     ANSIBLE_DIR,
     Run,
+    build_collection,
     changed_tasks,
     env,
     finished,
-    install_collection,
+    galaxy_run,
     planner_zipapp,
     playbook,
 )
 from support.gateway import SECRETS
+from support.gateway import ca as gateway_ca
+from support.gateway import key as gateway_key
 from support.tiny_model import ensure_tiny_model
 
+from zenvllm import __version__
 from zenvllm.image import playbooks
 
 pytestmark = pytest.mark.ansible
@@ -483,37 +495,103 @@ def test_undeploy_left_the_operators_engine_container_and_image(hosts, theirs_be
     assert host.service("docker").is_enabled and host.service("docker").is_running
 
 
-def test_the_collection_deploys_from_the_operators_own_playbook(hosts, tmp_path):
-    """The way an operator installs and runs zenvllm, on the fresh host:
-    - ansible-galaxy builds the collection and installs it into an empty collections
-      path; the operator's own playbook, in a directory of theirs with no ansible.cfg
-      and no roles, calls the roles by their fully qualified names, with the planner
-      the collection carries;
+PREVIOUS = "0.0.9"  # the release the upgrade starts from (there is no earlier one yet)
+
+
+@contextlib.contextmanager
+def calling(url: str, key: str, cafile: Path, every: float = 0.4) -> Iterator[list[str]]:
+    """A client calling URL through the gateway until the block ends (under the rate
+    limit): each reply's status, or the error that took its place."""
+    got: list[str] = []
+    stop = threading.Event()
+    tls = ssl.create_default_context(cafile=str(cafile))
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"})
+
+    def call() -> None:
+        while not stop.is_set():
+            try:
+                with urllib.request.urlopen(request, timeout=10, context=tls) as reply:
+                    got.append(str(reply.status))
+            except urllib.error.HTTPError as refused:
+                got.append(str(refused.code))
+            except OSError as error:
+                got.append(type(error).__name__)
+            stop.wait(every)
+
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    try:
+        yield got
+    finally:
+        stop.set()
+        thread.join()
+
+
+@pytest.fixture
+def operators_home() -> Iterator[Path]:
+    """The operator's home, at a short path: ssh's control sockets under ~/.ansible/cp
+    must fit a Unix socket's 108 bytes, which a home under pytest's tmp_path may not."""
+    home = Path(tempfile.mkdtemp(prefix="zv-home-"))
+    yield home
+    shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_release_installed_as_written_upgrades_the_operators_deployment(
+    hosts, tmp_path, operators_home
+):
+    """The way an operator installs, runs and upgrades zenvllm, on the fresh host:
+    - the previous release (this tree stamped 0.0.9: no earlier release exists) is in the
+      operator's ~/.ansible/collections; their own playbook, in a directory of theirs with
+      no ansible.cfg and no roles, calls the roles by their fully qualified names, with
+      the planner the collection carries; the rest of their settings in group_vars;
     - the image comes from a real registry (Debian's docker-registry on the hosts'
       bridge, TLS with its own CA, basic auth): the image role installs the CA for that
       registry, logs in into a client config of zenvllm's own and pulls;
-    - the collection's own playbook, zenvllm.cpu.deploy, then removes it all but the
-      image, and root's own Docker login was never touched."""
-    _, inventory, variables = hosts
-    collections = install_collection(tmp_path)
-    site = tmp_path / "site"
-    site.mkdir()
+    - collection.md's two blocks as written install this release (a venv with the wheel
+      and its deploy extra from PyPI, the collection over the old one, `zenvllm doctor`)
+      and deploy it from the registry, while a client calls through the gateway: no
+      call fails, the host runs this release's planner, and its revision says so;
+    - the collection's own playbook then removes it all but the image, and root's own
+      Docker login was never touched."""
+    machines, inventory, variables = hosts
+    home, site, dist = operators_home, tmp_path / "site", tmp_path / "release" / "dist"
+    (site / "group_vars").mkdir(parents=True)
     play = {"name": "Serve the model with zenvllm", "hosts": "zenvllm"}
     play["roles"] = [f"zenvllm.cpu.{role}" for role in OPERATORS_ROLES]
     (site / "site.yml").write_text(yaml.safe_dump([play], sort_keys=False))
-    theirs = {k: v for k, v in env().items() if not k.startswith("ANSIBLE_")}
+    fresh = yaml.safe_load(inventory.read_text())
+    fresh["zenvllm"]["hosts"] = {FRESH: fresh["zenvllm"]["hosts"][FRESH]}
+    (site / "inventory.yml").write_text(yaml.safe_dump(fresh))
+    theirs = {
+        k: v
+        for k, v in env().items()
+        if not k.startswith("ANSIBLE_") and k not in ("PYTHONPATH", "VIRTUAL_ENV")
+    }
     theirs.update(
-        ANSIBLE_COLLECTIONS_PATH=str(collections),
-        ANSIBLE_ROLES_PATH=str(site / "roles"),  # empty: no role can come from the checkout
-        ANSIBLE_HOME=str(tmp_path / "home"),
+        HOME=str(home),  # ~/.ansible/collections, ~/.venvs: the operator's own
+        PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        PIP_CACHE_DIR=str(Path.home() / ".cache" / "pip"),  # this machine's, for speed
+        # This machine's resolver drops queries for seconds at times (a build here failed
+        # on pypi.org's name): pip's retries, with their back-off, outlast that.
+        PIP_RETRIES="10",
         ANSIBLE_HOST_KEY_CHECKING="False",
         ANSIBLE_NOCOLOR="1",
     )
+    previous = build_collection(tmp_path / "previous", PREVIOUS)
+    galaxy_run("install", "--offline", str(previous), environ=theirs)
+    wheel = subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(REPO)],
+        env={**os.environ, "PIP_RETRIES": theirs["PIP_RETRIES"]},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert wheel.returncode == 0, wheel.stdout[-3000:] + wheel.stderr[-3000:]
+    build_collection(dist.parent)
 
     def operator(playbook_name: str, extra: dict) -> Run:
-        argv = playbooks.command(
-            playbook_name, "-i", str(inventory), "--limit", FRESH, "-e", json.dumps(extra)
-        )
+        argv = playbooks.command(playbook_name, "-i", "inventory.yml", "-e", json.dumps(extra))
         done = subprocess.run(
             argv, cwd=site, env=theirs, capture_output=True, text=True, timeout=1200
         )
@@ -531,21 +609,26 @@ def test_the_collection_deploys_from_the_operators_own_playbook(hosts, tmp_path)
         )
         engine.docker("rmi", image)
         assert pushed.returncode == 0, pushed.stderr
-        own = {k: v for k, v in variables.items() if k not in ("zenvllm_planner",)}
-        own.update(
-            zenvllm_image=image,
-            zenvllm_image_source="registry",
+        # What collection.md's deploy block gives with -e; the rest is the operator's group_vars.
+        given = {
+            "zenvllm_image": image,
+            "zenvllm_image_source": "registry",
+            "zenvllm_model_src": variables["zenvllm_model_src"],
+            "zenvllm_model_dir": variables["zenvllm_model_dir"],
+        }
+        kept = {k: v for k, v in variables.items() if k not in (*given, "zenvllm_planner")}
+        kept.update(
             zenvllm_image_registry_username=reg.user,
             zenvllm_image_registry_password=reg.password,
             zenvllm_image_registry_ca=str(reg.ca),
         )
-        run = operator("site.yml", own)
+        (site / "group_vars" / "zenvllm.yml").write_text(yaml.safe_dump(kept))
+        run = operator("site.yml", given)
         assert run.rc == 0 and run.failed() == 0, run.output[-6000:]
         assert reg.password not in run.output
         assert "TASK [zenvllm.cpu.zenvllm_instances : " in run.output
-        planner = collections / "ansible_collections/zenvllm/cpu/roles/zenvllm_instances/files"
         assert host.file("/opt/zenvllm/lib/zenvllm.pyz").sha256sum == sha256_of(
-            planner / "zenvllm.pyz"
+            tmp_path / f"previous/ansible-{PREVIOUS}/roles/zenvllm_instances/files/zenvllm.pyz"
         )
         assert host.run("curl -sf http://127.0.0.1:8001/health").rc == 0
         assert host.check_output("docker inspect --format '{{.Config.Image}}' zenvllm-0") == (image)
@@ -554,12 +637,51 @@ def test_the_collection_deploys_from_the_operators_own_playbook(hosts, tmp_path)
         assert reg.address in host.file("/etc/zenvllm/registry/config.json").content_string
         assert host.file("/etc/zenvllm/registry").mode == 0o700
         assert not host.file("/root/.docker/config.json").exists
-        again = operator("site.yml", own)
+        again = operator("site.yml", given)
         assert again.rc == 0 and again.changed() == 0, changed_tasks(again.output)
+        assert f"zenvllm {PREVIOUS}" in deployed_revision(host)
 
-        gone = operator("zenvllm.cpu.deploy", {**own, "zenvllm_state": "absent"})
+        gateway = f"https://{machines[0].address}/standin/env"
+        key, cafile = gateway_key("zenvllm"), gateway_ca("zenvllm", FRESH)
+        with calling(gateway, key, cafile) as got:
+            install = readme.run("collection-install", cwd=dist, env=theirs, timeout=900)
+            assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
+            doctor = install.stdout
+            operators = {**theirs, "PATH": f"{home}/.venvs/zenvllm/bin:{theirs['PATH']}"}
+            placeholders = {
+                "registry.example:5000/zenvllm/zen:0.32.0": image,
+                "/srv/models/Qwen2.5-1.5B-Instruct": given["zenvllm_model_src"],
+                "/srv/models/qwen": given["zenvllm_model_dir"],
+            }
+            upgrade = readme.run(
+                "collection-deploy", placeholders, cwd=site, env=operators, timeout=1200
+            )
+            assert upgrade.returncode == 0, upgrade.stdout[-6000:] + upgrade.stderr[-3000:]
+        assert got and set(got) == {"200"}, Counter(got)
+        print(f"calls through the gateway during the upgrade: {Counter(got)}")
+        assert "vllm-openai" in doctor  # the installed CLI ran: what this CPU can run
+        installed = home / ".ansible/collections/ansible_collections/zenvllm/cpu"
+        manifest = json.loads((installed / "MANIFEST.json").read_text())
+        assert manifest["collection_info"]["version"] == __version__
+        assert host.file("/opt/zenvllm/lib/zenvllm.pyz").sha256sum == sha256_of(
+            installed / "roles/zenvllm_instances/files/zenvllm.pyz"
+        )
+        assert f"zenvllm {__version__}" in deployed_revision(host)
+        assert host.run("curl -sf http://127.0.0.1:8001/health").rc == 0
+
+        gone = operator("zenvllm.cpu.deploy", {**given, "zenvllm_state": "absent"})
         assert gone.rc == 0 and gone.failed() == 0, gone.output[-6000:]
     assert host.check_output("docker ps --all --quiet --filter label=zenvllm.managed") == ""
     for path in ("/opt/zenvllm/lib", "/etc/zenvllm", f"/etc/docker/certs.d/{reg.address}"):
         assert not host.file(path).exists, path
     assert host.run(f"docker image inspect {image}").rc == 0  # the image stays
+
+
+def deployed_revision(host) -> str:
+    """The revision the host serves, as `zenvllm revision list` names it."""
+    listed = host.check_output(
+        "PYTHONPATH=/opt/zenvllm/lib/zenvllm.pyz python3 -m zenvllm.runtime revision list"
+        " --dir /var/lib/zenvllm/revisions/zenvllm"
+    )
+    (serving,) = [line for line in listed.splitlines() if line.startswith("* ")]
+    return serving

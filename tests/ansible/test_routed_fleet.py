@@ -29,6 +29,7 @@ killed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -43,6 +44,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -53,7 +55,7 @@ from conftest import REPO, require, require_tool
 from support import engine, gateway, role_template
 from support.ansible_run import ANSIBLE_DIR, changed_tasks, planner_zipapp, playbook
 from support.embedding_model import ensure_embedding_model
-from support.load import BackgroundLoad
+from support.load import BackgroundLoad, greedy_text
 from support.tiny_model import ensure_tiny_model
 from support.wheels import router_wheelhouse
 
@@ -69,6 +71,7 @@ pytestmark = pytest.mark.ansible
 IMAGE = "zenvllm/vllm-openai:0.32.0"
 DEPLOYMENT = "zenvllm-fleet"
 PORT = 18301
+STEP_TIMEOUT = 20  # seconds: the pipeline's step timeout here (120 in a plan)
 GATEWAY_PORT = 8443
 SECRET = "fleet-worker-key-7c41"
 ROUTER_HOST = "fleet-a"
@@ -236,7 +239,14 @@ class Fleet:
         """A router's metrics: the first model's on 29000, the next ones' on the next ports."""
         return self.get(f"http://{self.router_address}:{port}/metrics")[1]
 
-    def load(self, requests: int, concurrency: int = 6, **kwargs) -> BackgroundLoad:
+    def load(
+        self, requests: int, concurrency: int = 6, judged: bool = False, **kwargs
+    ) -> BackgroundLoad:
+        """Completions through the gateway; `judged`, each answer checked against the
+        model's greedy text for the load's prompt, asked of the fleet first (as it serves
+        now: in float32, support/load.py's MARGIN says why)."""
+        headers = self.headers()
+        expect = greedy_text(self.url, "tiny-llama", 16, headers, self.cafile()) if judged else None
         return BackgroundLoad(
             self.url,
             "tiny-llama",
@@ -245,6 +255,7 @@ class Fleet:
             max_tokens=16,
             headers=self.headers(),
             cafile=self.cafile(),
+            expect=expect,
             **kwargs,
         ).start()
 
@@ -421,9 +432,9 @@ def fleet(tmp_path_factory):
             "zenvllm_instances_seccomp_profile": str(work / "here" / "etc" / "seccomp-numa.json"),
             "zenvllm_instances_compile_cache_dir": str(work / "here" / "compile"),
             "zenvllm_instances_revisions_dir": str(work / "here" / "revisions" / DEPLOYMENT),
-            # The gateway's files too: this host serves behind the router, and the undeploy
-            # must not take the default site and pair of another deployment here (the
-            # tutorial's, running beside it in the other worker, lost both: CI, 60e39ff).
+            # The gateway's files too: this host serves behind the router, and nothing of
+            # the machine's default site and pair must be at stake (the tutorial's, beside
+            # it in the other worker, lost both to the removal play once: CI, 60e39ff).
             "zenvllm_gateway_site_path": str(work / "here" / "site.conf"),
             "zenvllm_gateway_tls_dir": str(work / "here" / "tls"),
             # The shared machine's kernel settings and packages stay as they are.
@@ -1075,6 +1086,9 @@ def test_a_copy_cut_over_both_hosts_serves_at_its_head_and_heals(fleet):
         "zenvllm_instances_model_size_gib": stated,
         "zenvllm_instances_dtype": "float32",
         "zenvllm_instances_serve_args": [],  # vLLM 0.32: no pipeline without its warm-up
+        # The group's step timeout (core/container.py, 120 s in a plan) made short for the
+        # partition below.
+        "zenvllm_instances_extra_env": {"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": str(STEP_TIMEOUT)},
     }
     started = time.monotonic()
     run = fleet.deploy(**pipeline)
@@ -1113,7 +1127,7 @@ def test_a_copy_cut_over_both_hosts_serves_at_its_head_and_heals(fleet):
 
     # The headless stage dies as on a crash, under load: the group leaves the router,
     # forms again by itself and answers as before; no answer is wrong meanwhile.
-    load = fleet.load(100_000, concurrency=2, pause=0.5)
+    load = fleet.load(100_000, concurrency=2, pause=0.5, judged=True)
     try:
         load.wait_for(6)
         killed = time.monotonic()
@@ -1128,6 +1142,9 @@ def test_a_copy_cut_over_both_hosts_serves_at_its_head_and_heals(fleet):
     result = load.join()
     print(f"pipeline worker killed: healed in {healed:.0f} s; {result.summary()}")
     assert after == before
+    # No answer was wrong, and none hung: a request the broken group had failed at once
+    # (no 300 s wait for vLLM's RPC timeout; the load's own timeout is 120 s).
+    assert "WrongAnswer" not in result.errors and result.slowest < 60, result.summary()
     journal = f"journalctl -u {DEPLOYMENT}-0 -o short-iso --no-pager"
     head_log = fleet.ssh(journal, check=False).stdout
     worker_log = engine.docker("logs", "--timestamps", worker, check=False)
@@ -1135,10 +1152,64 @@ def test_a_copy_cut_over_both_hosts_serves_at_its_head_and_heals(fleet):
     assert "the pipeline group broke" in head_log, head_log[-3000:]
     assert result.ok > 0
 
+    # This machine drops every packet of the head's host but the gateway's and ssh's,
+    # silently (no reset): the group's connections stay up, so the head notices by its
+    # step timeout and leaves the router; the worker, hearing nothing of its head, leaves
+    # the group too and retries it. Once the packets pass again the group forms by itself.
+    fleet.wait_router(True, [head], timeout=600)
+    load = fleet.load(100_000, concurrency=2, pause=0.5, judged=True)
+    try:
+        load.wait_for(6)
+        with dropped_from(fleet.router_address, keep=(22, GATEWAY_PORT)):
+            cut = time.monotonic()
+            fleet.wait_router(False, [head], timeout=STEP_TIMEOUT + 60)
+            out = time.monotonic() - cut
+            time.sleep(group.HEAD_GRACE + 10)  # the worker leaves, and retries its head
+        fleet.wait_router(True, [head], timeout=600)
+        healed = time.monotonic() - cut
+        after = greedy(fleet)
+    finally:
+        load.stop()
+    result = load.join()
+    print(
+        f"pipeline cut off: the head left the router {out:.0f} s after (step timeout "
+        f"{STEP_TIMEOUT} s), back {healed:.0f} s after the cut; {result.summary()}"
+    )
+    assert after == before
+    assert "WrongAnswer" not in result.errors and result.slowest < STEP_TIMEOUT + 40, (
+        result.summary()
+    )
+    worker_log = engine.logs(worker)
+    assert "its head has not answered /health" in worker_log, worker_log[-3000:]
+
+
+@contextlib.contextmanager
+def dropped_from(address: str, keep: tuple[int, ...]) -> Iterator[None]:
+    """This machine drops, without a word, every TCP packet from `address` but those from
+    the `keep` ports, until the block ends."""
+    table = "zenvllm_test_partition"
+    ports = ", ".join(str(p) for p in keep)
+    rules = (
+        f"table inet {table} {{ chain input {{ type filter hook input priority -50; "
+        f"ip saddr {address} tcp sport != {{ {ports} }} drop; }} }}"
+    )
+    subprocess.run(["nft", "-f", "-"], input=rules, text=True, check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["nft", "delete", "table", "inet", table], check=False)
+
 
 def test_absent_removes_the_router_the_monitoring_and_the_firewall(fleet):
+    # Another deployment's gateway where this host's gateway variables point: behind the
+    # router this deployment made no gateway here, so its removal must leave that one.
+    theirs = fleet.inventory.parent / "here"
+    (theirs / "tls").mkdir(parents=True, exist_ok=True)
+    (theirs / "site.conf").write_text("# zenvllm gateway: another deployment's site\n")
+    (theirs / "tls" / ".zenvllm-output").write_text("another deployment's pair\n")
     run = fleet.deploy(zenvllm_state="absent")
     assert run.rc == 0 and run.failed() == 0, run.output[-6000:]
+    assert (theirs / "site.conf").exists() and (theirs / "tls" / ".zenvllm-output").exists()
     gone = fleet.ssh(
         f"systemctl cat {DEPLOYMENT}-router.service; ls /etc/systemd/system/{DEPLOYMENT}-router*;"
         " dpkg -s prometheus prometheus-node-exporter"

@@ -6,14 +6,18 @@ so runs do not depend on, or leave anything in, the user's ~/.ansible.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from zenvllm import __version__
 from zenvllm.image import playbooks, shipped
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,21 +34,55 @@ def planner_zipapp(where: Path) -> Path:
     return zipapp
 
 
-def install_collection(where: Path) -> Path:
-    """The collection as an operator gets it: `make collection` (the planner zipapp into
-    the instances role, then `ansible-galaxy collection build`), installed with
-    `ansible-galaxy collection install --offline` into where/collections."""
-    shipped.write_zipapp(ANSIBLE_DIR / "roles" / "zenvllm_instances" / "files" / "zenvllm.pyz")
-    galaxy = [str(BIN / "ansible-galaxy"), "collection"]
+def build_collection(where: Path, version: str | None = None) -> Path:
+    """The collection's tarball as `make collection` builds it (the planner zipapp into
+    the instances role, then `ansible-galaxy collection build`), into where/dist. With a
+    version: as a release of that version would ship it (a copy of ansible/ whose
+    galaxy.yml and planner zipapp say so), for the tests of an upgrade."""
+    source = ANSIBLE_DIR
+    if version is not None:
+        source = where / f"ansible-{version}"
+        shutil.copytree(ANSIBLE_DIR, source, symlinks=False)
+        galaxy = source / "galaxy.yml"
+        galaxy.write_text(re.sub(r"(?m)^version: .*$", f"version: {version}", galaxy.read_text()))
+    zipapp = shipped.write_zipapp(source / "roles" / "zenvllm_instances" / "files" / "zenvllm.pyz")
+    if version is not None:
+        stamp_zipapp(zipapp, version)
     built = where / "dist"
+    galaxy_run("build", str(source), "--output-path", str(built), "--force")
+    (tarball,) = built.glob(f"zenvllm-cpu-{version or '*'}.tar.gz")
+    return tarball
 
-    def run(*args: str) -> None:
-        done = subprocess.run([*galaxy, *args], env=env(), capture_output=True, text=True)
-        assert done.returncode == 0, done.stdout + done.stderr
 
-    run("build", str(ANSIBLE_DIR), "--output-path", str(built), "--force")
-    (tarball,) = built.glob("zenvllm-cpu-*.tar.gz")
-    run("install", "--offline", "-p", str(where / "collections"), str(tarball))
+def stamp_zipapp(zipapp: Path, version: str) -> None:
+    """Rewrite a planner zipapp as release VERSION's: its mark and zenvllm.__version__."""
+    with zipfile.ZipFile(zipapp) as archive:
+        members = [(info, archive.read(info)) for info in archive.infolist()]
+    buffer = io.BytesIO()
+    buffer.write(shipped.HEADER.replace(__version__.encode(), version.encode()))
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for info, content in members:
+            if info.filename == "zenvllm/__init__.py":
+                content = content.replace(f'"{__version__}"'.encode(), f'"{version}"'.encode())
+            archive.writestr(info, content)
+    zipapp.write_bytes(buffer.getvalue())
+
+
+def galaxy_run(*args: str, environ: dict[str, str] | None = None) -> None:
+    done = subprocess.run(
+        [str(BIN / "ansible-galaxy"), "collection", *args],
+        env=environ or env(),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def install_collection(where: Path) -> Path:
+    """The collection as an operator gets it: built, installed with
+    `ansible-galaxy collection install --offline` into where/collections."""
+    tarball = build_collection(where)
+    galaxy_run("install", "--offline", "-p", str(where / "collections"), str(tarball))
     return where / "collections"
 
 

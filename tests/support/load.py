@@ -17,6 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http.client import HTTPException
 
+PROMPT = "The quick brown fox"
+
 
 @dataclass
 class LoadResult:
@@ -25,6 +27,7 @@ class LoadResult:
     failed: int = 0
     errors: Counter = field(default_factory=Counter)
     seconds: float = 0.0
+    slowest: float = 0.0  # seconds of the longest request, answered or failed
 
     def add(self, other: LoadResult) -> None:
         """Fold another run's counts into this one."""
@@ -33,12 +36,13 @@ class LoadResult:
         self.failed += other.failed
         self.errors.update(other.errors)
         self.seconds += other.seconds
+        self.slowest = max(self.slowest, other.slowest)
 
     def summary(self) -> str:
         errors = ", ".join(f"{k} x{v}" for k, v in self.errors.most_common()) or "none"
         return (
             f"sent {self.sent}, ok {self.ok}, failed {self.failed} in {self.seconds:.1f} s "
-            f"(errors: {errors})"
+            f"(errors: {errors}; slowest {self.slowest:.1f} s)"
         )
 
 
@@ -50,9 +54,11 @@ def complete(
     headers: dict,
     cafile: str | None,
     stream: bool = False,
-) -> None:
-    """One completion; a streamed one must run its whole length and end with [DONE]."""
-    body = {"model": model, "prompt": "The quick brown fox", "max_tokens": max_tokens}
+    expect: str | None = None,
+) -> str | None:
+    """One completion; a streamed one must run its whole length and end with [DONE], a
+    whole one must be `expect` (the model's greedy text for the prompt) when given."""
+    body = {"model": model, "prompt": PROMPT, "max_tokens": max_tokens}
     body |= {"temperature": 0, "stream": stream, "ignore_eos": stream}
     request = urllib.request.Request(
         f"{url}/v1/completions",
@@ -64,8 +70,49 @@ def complete(
         if stream:
             return _whole_stream(response, max_tokens)
         reply = json.load(response)
+    text = reply["choices"][0]["text"]
     if reply["usage"]["completion_tokens"] < 1:
         raise ValueError("empty completion")
+    if expect is not None and text != expect:
+        raise WrongAnswer(text)
+    return text
+
+
+class WrongAnswer(ValueError):
+    """A reply that is not the greedy text the model gives for the prompt."""
+
+
+# The least lead of each greedy token over the next for a load's answers to be checked:
+# a split or another batch changes float32 logprobs by less than 1e-3
+# (tests/serve/test_model_parallel.py), so a step that wins by more cannot flip. The
+# random test model in bfloat16 has leads of 0.01 and under, and 3 of 200 answers of a
+# fleet load differed from a lone request's: its answers are not checked.
+MARGIN = 1e-3
+
+
+def greedy_text(url: str, model: str, max_tokens: int, headers: dict, cafile: str | None) -> str:
+    """What every reply of the load must say: the model's greedy text for its prompt,
+    each of whose tokens wins by MARGIN or more (else no answer could be judged)."""
+    body = {"model": model, "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0}
+    request = urllib.request.Request(
+        f"{url}/v1/completions",
+        data=json.dumps(body | {"logprobs": 2}).encode(),
+        headers={"Content-Type": "application/json", **headers},
+    )
+    context = ssl.create_default_context(cafile=cafile) if url.startswith("https") else None
+    with urllib.request.urlopen(request, timeout=120, context=context) as response:
+        choice = json.load(response)["choices"][0]
+    leads = [
+        values[0] - values[1]
+        for values in (
+            sorted(top.values(), reverse=True) for top in choice["logprobs"]["top_logprobs"]
+        )
+    ]
+    assert choice["text"] and min(leads) >= MARGIN, (
+        f"the greedy answer to {PROMPT!r} wins a step by only {min(leads):.2e}: numerics could "
+        f"flip it, so no answer can be judged by it (serve the model in float32)"
+    )
+    return str(choice["text"])
 
 
 def _whole_stream(response, max_tokens: int) -> None:
@@ -98,6 +145,7 @@ def run_load(
     stop: threading.Event | None = None,  # set: the requests not yet sent are not sent
     pause: float = 0.0,  # seconds each client waits after a request (a lighter load)
     stream: bool = False,  # streamed completions, each max_tokens long (ignore_eos)
+    expect: str | None = None,  # each whole reply's text must be this (greedy decoding)
 ) -> LoadResult:
     """Send `requests` completions, `concurrency` at a time; count what fails and why."""
     result = LoadResult()
@@ -107,8 +155,9 @@ def run_load(
     def one(_: int) -> None:
         if stop is not None and stop.is_set():
             return
+        began = time.monotonic()
         try:
-            complete(url, model, max_tokens, timeout, headers or {}, cafile, stream)
+            complete(url, model, max_tokens, timeout, headers or {}, cafile, stream, expect)
             outcome = None
         except urllib.error.HTTPError as err:
             outcome = f"HTTP {err.code}"
@@ -117,6 +166,7 @@ def run_load(
             outcome = type(err).__name__
         with lock:
             result.sent += 1
+            result.slowest = max(result.slowest, time.monotonic() - began)
             if outcome is None:
                 result.ok += 1
             else:

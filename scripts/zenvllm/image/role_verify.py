@@ -33,6 +33,14 @@ VARIABLES = (
         description="Send a real completion through the gateway after the health checks.",
     ),
     own(
+        "gateway_here",
+        True,
+        "Whether this host has a gateway to send it through: deploy.yml says no for a host "
+        "behind a router without zenvllm_gateway_per_host (the router's play checks there).",
+        CHECKS,
+        description="Whether this host has a gateway of its own (set by deploy.yml).",
+    ),
+    own(
         "gateway_url",
         "",
         "",
