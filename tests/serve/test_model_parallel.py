@@ -13,7 +13,9 @@ the plan gives (core/container.py), and answers as the unsplit copy does.
   the head serving and the other joining it headless over TCP, as across machines.
   A stage's container then dies as on a crash: the group's watch (runtime/group.py)
   ends the other, the engine's restart policy starts both again, the group forms again
-  by itself, and no request is answered wrongly meanwhile.
+  by itself, and no request is answered wrongly meanwhile. Then the worker hangs
+  (SIGSTOP): the head's step timeout ends it, the request in flight gets an error
+  rather than a hang, and the group forms again by itself.
 
 Every copy serves float32 (asked for), so a split's other summation order changes
 logprobs by float32 rounding only: the greedy tokens must be equal and every token's
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -46,6 +49,7 @@ pytestmark = pytest.mark.serve
 
 PROMPTS = ("Hello world, the quick brown fox", "Once upon a time", "1 2 3 4 5")
 MAX_TOKENS = 8
+STEP_TIMEOUT = 20  # seconds: the pipeline's step timeout here (120 in a plan)
 
 
 def one_node_per_core(host: Host) -> Host:
@@ -170,6 +174,14 @@ def restarts(name: str) -> int:
     return int(engine.docker("inspect", "-f", "{{.RestartCount}}", name).stdout.strip())
 
 
+def vllm_of(name: str) -> int:
+    """The process group of a container's vLLM: its launcher's (PID 1) child."""
+    launcher = engine.docker("inspect", "-f", "{{.State.Pid}}", name).stdout.strip()
+    children = Path(f"/proc/{launcher}/task/{launcher}/children").read_text().split()
+    (child,) = children
+    return int(child)
+
+
 def test_a_copy_cut_into_two_stages_answers_as_the_whole_copy_and_heals(image, whole, tmp_path):
     host = read_host(Path("/"))
     require(len(os.sched_getaffinity(0)) >= 2, "two hosts of one core need two CPUs")
@@ -194,6 +206,8 @@ def test_a_copy_cut_into_two_stages_answers_as_the_whole_copy_and_heals(image, w
         "supervisor": "engine",
         "head_address": "127.0.0.1",
         "compile_cache_dir": str(engine.kept_compile_cache(image, "pipeline")),
+        # The group's step timeout (core/container.py) made short for the hang below.
+        "extra_env": {"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": str(STEP_TIMEOUT)},
     }
     head = container_of(head_plan, request_for(image, tmp_path / "head", **asked))
     worker = container_of(
@@ -235,27 +249,63 @@ def test_a_copy_cut_into_two_stages_answers_as_the_whole_copy_and_heals(image, w
         )
         assert "the pipeline group broke" in engine.logs(head.name)
         assert load.wrong == [], load.wrong[:3]
+
+        # The worker's vLLM hangs (stopped, its launcher left running), under load: its
+        # connections stay up, so only the head's step timeout notices. The request in
+        # flight gets an error by then, not a wait for vLLM's 300 s; the head ends, the
+        # worker's launcher sees its store connections go and kills its stopped vLLM,
+        # and the group forms again by itself.
+        load = Load(head.port, whole[0]["tokens"], timeout=STEP_TIMEOUT + 100)
+        load.start()
+        engine.wait_for(lambda: load.right >= 3, 300, "answers under load", head.name)
+        restarted = restarts(head.name)
+        hung, before = time.monotonic(), load.right
+        os.killpg(vllm_of(worker.name), signal.SIGSTOP)
+        bound = STEP_TIMEOUT + 60  # the timeout, vLLM's ending and the engine's restart
+        engine.wait_for(lambda: restarts(head.name) > restarted, bound, "its end", head.name)
+        out = time.monotonic() - hung
+        engine.wait_for(lambda: healthy(head.port), 600, "/health again", head.name, every=2)
+        assert_same(whole, [ask(head.port, p) for p in PROMPTS])
+        engine.wait_for(lambda: load.right > before, 120, "answers under load again", head.name)
+        load.stop()
+        print(
+            f"worker hung: the head ended {out:.0f} s after (step timeout {STEP_TIMEOUT} s), the "
+            f"group answered again {time.monotonic() - hung:.0f} s after; {load.right} right, "
+            f"{load.failed} failed ({sorted(set(load.errors))}), none wrong, slowest "
+            f"{load.slowest:.0f} s"
+        )
+        assert load.wrong == [], load.wrong[:3]
+        assert load.slowest < STEP_TIMEOUT + 30, load.slowest  # an error, not a hang
+        assert "RPC call to" in engine.logs(head.name)  # vLLM's own timeout ended it
     finally:
         engine.docker("rm", "-f", head.name, worker.name, check=False)
 
 
 class Load(threading.Thread):
     """One client asking the first prompt again and again: every answer it gets must be
-    the whole copy's; failures (the group is down) are counted, not wrong."""
+    the whole copy's; failures (the group is down) are counted, not wrong, each by what
+    it was, and the slowest request's seconds kept (a hung group must not hang it)."""
 
-    def __init__(self, port: int, expected: list[str]) -> None:
+    def __init__(self, port: int, expected: list[str], timeout: float = 30) -> None:
         super().__init__(daemon=True)
         self.port, self.expected, self.done = port, expected, threading.Event()
+        self.timeout = timeout
         self.right, self.failed, self.wrong = 0, 0, []
+        self.errors: list[str] = []
+        self.slowest = 0.0
 
     def run(self) -> None:
         while not self.done.is_set():
+            began = time.monotonic()
             try:
-                tokens = ask(self.port, PROMPTS[0], timeout=30)["tokens"]
-            except Exception:  # refused, reset or timed out: the group is down
+                tokens = ask(self.port, PROMPTS[0], timeout=self.timeout)["tokens"]
+            except Exception as error:  # refused, reset, an error reply or timed out
+                self.slowest = max(self.slowest, time.monotonic() - began)
                 self.failed += 1
+                self.errors.append(type(error).__name__)
                 time.sleep(1)
                 continue
+            self.slowest = max(self.slowest, time.monotonic() - began)
             if tokens == self.expected:
                 self.right += 1
             else:

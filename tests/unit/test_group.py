@@ -11,7 +11,7 @@ import sys
 import time
 
 from zenvllm.runtime import group
-from zenvllm.runtime.launcher import check_port, group_port, listen_record
+from zenvllm.runtime.launcher import check_port, group_port, head_health, listen_record
 
 HEADER = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid\n"
 
@@ -90,6 +90,42 @@ def test_the_watch_returns_when_the_group_breaks_and_says_why(capsys):
     assert "1 of its 3 connection(s) on its store port 29501 closed" in capsys.readouterr().err
 
 
+def test_a_headless_member_leaves_once_a_head_that_answered_stays_silent():
+    watch = group.HeadWatch(grace=30)
+    # Forming: the head answers only once every stage joined, however long that takes.
+    assert not any(watch.gone(False, t) for t in range(0, 600, 2))
+    assert not watch.gone(True, 600)
+    assert not watch.gone(False, 629)  # a slow answer or two is not a lost head
+    assert not watch.gone(True, 630)
+    assert not watch.gone(False, 659)
+    assert watch.gone(False, 660)
+
+
+def test_the_watch_leaves_a_group_whose_head_went_silent_and_says_why(capsys):
+    answers = iter([True] * 3 + [False] * 20)
+    clock = iter(range(0, 1000, 5))
+    naps: list[float] = []
+    broke = group.watch(
+        29501,
+        read=lambda: [HEAD],
+        sleep=naps.append,
+        every=5,
+        head=lambda: next(answers),
+        clock=lambda: next(clock),
+    )
+    assert broke and len(naps) == 8  # answered at 10 s, silent from 15 to 40 s
+    assert "its head has not answered /health for 30 s" in capsys.readouterr().err
+
+
+def test_a_probe_of_a_head_that_is_not_there_says_no_in_time():
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts, never answers
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/health"
+        start = time.monotonic()
+        assert not group.answers(url, timeout=0.5)
+        assert time.monotonic() - start < 3
+    assert not group.answers("http://127.0.0.1:1/health")  # refused
+
+
 def serve(*args: str) -> list[str]:
     return ["vllm", "serve", "/model", "--host=10.0.0.12", "--port=8001", *args]
 
@@ -103,6 +139,7 @@ def test_the_launcher_knows_a_groups_members():
     # The worker serves no API: its health is its head's, and its port is not its own.
     assert listen_record(head) == "10.0.0.12 8001"
     assert listen_record(worker) == "10.0.0.11 8001"
+    assert head_health(worker) == "http://10.0.0.11:8001/health" and head_health(head) == ""
     check_port(worker)  # the head may hold 8001 on this very host: not a conflict
 
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from zenvllm.core import plan_doc
-from zenvllm.core.container import container_of
+from zenvllm.core.container import STAGE_STEP_TIMEOUT_S, container_of
 from zenvllm.core.errors import PlanError
 from zenvllm.core.flavors import synthetic_host
 from zenvllm.core.host import GIB
@@ -179,6 +179,8 @@ def test_the_head_serves_and_the_other_host_joins_it_headless():
     assert "--master-addr=10.0.0.11" in head.command and "--master-port=29500" in head.command
     assert "--headless" not in head.command
     assert head.env["VLLM_HOST_IP"] == "10.0.0.11"  # where it announces its message queue
+    # A hung stage fails the head's step within the group's bound, not vLLM's 300 s.
+    assert head.env["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] == str(STAGE_STEP_TIMEOUT_S) == "120"
     worker = pipeline_container(1, head_address="10.0.0.11")
     assert "--node-rank=1" in worker.command and "--headless" in worker.command
     assert "--master-addr=10.0.0.11" in worker.command
@@ -186,6 +188,18 @@ def test_the_head_serves_and_the_other_host_joins_it_headless():
     assert head.serves and not worker.serves
     assert worker.url == head.url == "http://10.0.0.11:8001"
     assert head.group_port == worker.group_port == 29500
+
+
+def test_the_step_timeout_is_set_for_groups_only_and_the_operator_may_set_it():
+    assert (
+        pipeline_container(0, extra_env={"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "600"}).env[
+            "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"
+        ]
+        == "600"
+    )
+    whole = make_plan(synthetic_host(VM), model_of_size(16), Policy()).instances[0]
+    request = Request(deployment="one", supervisor="systemd", model_dir="/srv/m")
+    assert "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS" not in container_of(whole, request).env
 
 
 def test_a_stage_container_refuses_what_vllm_could_not_run():

@@ -67,6 +67,17 @@ EAGER_PIPELINE = (
 )
 
 
+# How long the head of a copy cut over hosts waits for one step of its stages before its
+# engine fails (vLLM's VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS, 300 s by default). A stage
+# that hangs (stopped, stuck, or cut off by a network that drops its packets without a
+# reset) keeps every connection of the group up, so only this timeout notices: the head's
+# vLLM then ends, requests in flight get an error, and its supervisor restarts the group.
+# 120 s: well over a step of the models the tests and benchmarks split (well under 1 s on
+# 2 cores), and under vLLM's 300 s. A step longer than this (a long prefill chunk of a very
+# large model on few cores) needs a larger value in extra_env.
+STAGE_STEP_TIMEOUT_S = 120
+
+
 def secrets_digest(secrets: dict[str, str]) -> str:
     """The env file's secrets never enter the plan, only their digest: a new key must
     still change the config hash and restart the instances ("" for none)."""
@@ -193,6 +204,7 @@ def env_of(instance: Instance, request: Request) -> dict[str, str]:
         # message queue there, and falls back to 0.0.0.0 (which the other hosts take for
         # themselves: the group hangs) where no default route names one.
         env.setdefault("VLLM_HOST_IP", request.address)
+        env.setdefault("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", str(STAGE_STEP_TIMEOUT_S))
     return env
 
 

@@ -15,6 +15,13 @@ give up (measured: 115 s of a 161 s heal, until the test's clients timed out). W
 group breaks the launcher kills vLLM at once and exits; the supervisor (systemd, or the
 engine's restart policy) starts the container again; a head waits for its workers and a
 worker retries its head, so the group forms again by itself.
+
+A member that hangs (stopped, stuck) or whose packets are dropped without a reset keeps
+its connections up. The head then notices by vLLM's own step timeout, which the plan
+sets for groups (core/container.py, STAGE_STEP_TIMEOUT_S): its engine fails the step,
+vLLM ends, and its connections close. A headless member cut off from its head would
+never learn that (no packet reaches it): it also probes the head's /health and leaves
+once a head that answered has not for `HEAD_GRACE` seconds.
 Standard library only: it runs in the image before vLLM.
 """
 
@@ -28,6 +35,7 @@ import socket
 import struct
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +47,12 @@ TABLE_CAP = 64 << 20  # 64 MiB: some 400,000 connections
 ESTABLISHED = "01"  # the kernel's state code in /proc/net/tcp
 EVERY = 2.0  # seconds between checks
 PATIENCE = 3  # checks a connection must last to be a member's, or stay gone to break the group
+# Seconds a headless member waits for its head's /health to answer again, once it has:
+# a partition that drops packets sends no reset, so the store's connections stay up.
+# Over a head's answer under load (milliseconds), under the time a restarted head takes
+# to load its stage, so the member is back before the head waits for it.
+HEAD_GRACE = 30.0
+PROBE_TIMEOUT = 5.0  # seconds one /health probe of the head may take
 
 
 def store_connections(tables: Iterable[str], port: int) -> frozenset[str]:
@@ -77,6 +91,31 @@ class Watch:
         return self.gone >= self.patience
 
 
+@dataclass
+class HeadWatch:
+    """A headless member's view of its head: once the head has answered /health, a head
+    that has not answered for `grace` seconds means the group is gone (before it first
+    answers, the group is still forming: the head answers only once every stage joined)."""
+
+    grace: float = HEAD_GRACE
+    answered: float | None = None  # when the head last answered
+
+    def gone(self, answers: bool, now: float) -> bool:
+        if answers:
+            self.answered = now
+            return False
+        return self.answered is not None and now - self.answered >= self.grace
+
+
+def answers(url: str, timeout: float = PROBE_TIMEOUT) -> bool:
+    """Whether `url` answers 200 within `timeout` seconds."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as reply:
+            return bool(reply.status == 200)
+    except (OSError, ValueError):
+        return False
+
+
 def read_tables() -> list[str] | None:
     """The kernel's TCP tables; None when one cannot be read whole (no verdict then)."""
     try:
@@ -91,24 +130,35 @@ def watch(
     sleep: Callable[[float], None] = time.sleep,
     every: float = EVERY,
     ended: Callable[[], bool] = lambda: False,
+    head: Callable[[], bool] | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> bool:
     """Check the group every `every` seconds: True once it broke (and why, on stderr),
-    False once `ended()` says vLLM ended by itself."""
-    state = Watch()
+    False once `ended()` says vLLM ended by itself. `head`, for a headless member: whether
+    its head answers now."""
+    state, head_watch = Watch(), HeadWatch()
     while not ended():
         tables = read()
         if tables is not None and state.broken(store_connections(tables, port)):
-            print(
-                f"zenvllm-launch: the pipeline group broke: "
+            broke(
                 f"{len(state.members - set(state.seen))} of its {len(state.members)} "
-                f"connection(s) on its store port {port} closed; ending this member so its "
-                "supervisor restarts it and the group forms again",
-                file=sys.stderr,
-                flush=True,
+                f"connection(s) on its store port {port} closed"
             )
+            return True
+        if head is not None and head_watch.gone(head(), clock()):
+            broke(f"its head has not answered /health for {head_watch.grace:.0f} s")
             return True
         sleep(every)
     return False
+
+
+def broke(why: str) -> None:
+    print(
+        f"zenvllm-launch: the pipeline group broke: {why}; ending this member so its "
+        "supervisor restarts it and the group forms again",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 # What an engine or systemd sends to stop or signal a container: vLLM's to handle.
@@ -130,9 +180,16 @@ def reap(child: int) -> int | None:
             return 128 - code if code < 0 else code  # killed by a signal: as a shell says
 
 
-def supervise(command: list[str], env: dict[str, str], port: int, every: float = EVERY) -> int:
-    """Run `command` (vLLM) as this process's child and watch its group: vLLM's exit
-    code when it ends by itself, 1 when the group broke (vLLM killed at once)."""
+def supervise(
+    command: list[str],
+    env: dict[str, str],
+    port: int,
+    every: float = EVERY,
+    head_url: str = "",
+) -> int:
+    """Run `command` (vLLM) as this process's child and watch its group (and, for a
+    headless member, its head at `head_url`): vLLM's exit code when it ends by itself,
+    1 when the group broke (vLLM killed at once)."""
     child = os.fork()
     if child == 0:
         try:
@@ -155,7 +212,8 @@ def supervise(command: list[str], env: dict[str, str], port: int, every: float =
             exited.append(code)
         return bool(exited)
 
-    if not watch(port, every=every, ended=ended):
+    head = (lambda: answers(head_url)) if head_url else None
+    if not watch(port, every=every, ended=ended, head=head):
         return exited[0]
     with contextlib.suppress(ProcessLookupError):
         os.killpg(child, signal.SIGKILL)  # what escaped the group dies with PID 1's exit

@@ -270,6 +270,16 @@ def group_port(command: list[str]) -> int | None:
     return int(port) if nodes.isdigit() and int(nodes) > 1 and port.isdigit() else None
 
 
+def head_health(command: list[str]) -> str:
+    """A headless member's head's /health URL ("" for the head itself)."""
+    serve = ServeArgs(command[2], command[3:])
+    if "--headless" not in serve.rest:
+        return ""
+    address, port = listen_record(command).split()
+    host = f"[{address}]" if ":" in address else address
+    return f"http://{host}:{port}/health"
+
+
 def join_group(command: list[str], env: dict[str, str], store: int) -> None:
     """A member of a copy cut over hosts: gloo on the interface of this host's planned
     address (runtime/group.py says why)."""
@@ -415,9 +425,11 @@ def main(argv: list[str] | None = None) -> int:
     if store:
         join_group(command, env, store)
         if os.getpid() == 1:  # a container's init: what the watch ends stays inside it
-            log(f"pipeline group: watching its store port {store} (runtime/group.py)")
+            head = head_health(command)
+            also = f" and its head's {head}" if head else ""
+            log(f"pipeline group: watching its store port {store}{also} (runtime/group.py)")
             log("run " + " ".join(command))
-            return group.supervise(command, env, store)
+            return group.supervise(command, env, store, head_url=head)
     log("exec " + " ".join(command))
     os.execvpe(command[0], command, env)
     return 0  # not reached
