@@ -68,7 +68,7 @@ $(VENV)/.installed-deploy: pyproject.toml
 PLANNER := ansible/roles/zenvllm_instances/files/zenvllm.pyz
 planner: $(PLANNER)
 $(PLANNER): $(VENV)/.installed-deploy scripts/zenvllm/__init__.py $(wildcard scripts/zenvllm/core/*.py scripts/zenvllm/runtime/*.py)
-	$(BIN)/python -m zenvllm.image.shipped $@
+	$(BIN)/python -m zenvllm.deploy.shipped $@
 
 # What operators install: the Python package (wheel and sdist) and the Ansible
 # collection zenvllm.cpu with the planner inside, both into dist/.

@@ -1,8 +1,8 @@
 """The files made from one source: `python -m zenvllm.reference [--check]`.
 
-From each role's variables, written in Python (image/role_instances.py: the deployment
+From each role's variables, written in Python (deploy/role_instances.py: the deployment
 request of core/request.py under the role's names and defaults, plus the role's own
-options; image/role_<name>.py for every other role, with image/role_vars.py's Variable):
+options; deploy/role_<name>.py for every other role, with deploy/role_vars.py's Variable):
 the role's `defaults/main.yml` and `meta/argument_specs.yml` (and the instances role's
 `templates/request.json.j2`), `docs/reference/variables.md` and the "Role Variables"
 block of every role's README. From the CLI's parser: `docs/reference/cli.md`.
@@ -23,7 +23,7 @@ import yaml
 
 from zenvllm import cli
 from zenvllm.core import gate
-from zenvllm.image import (
+from zenvllm.deploy import (
     playbooks,
     role_gateway,
     role_host,
@@ -33,7 +33,7 @@ from zenvllm.image import (
     role_router,
     role_verify,
 )
-from zenvllm.image.role_vars import Role, Variable
+from zenvllm.deploy.role_vars import Role, Variable
 from zenvllm.runtime import console
 from zenvllm.runtime.atomic import write_atomically
 
@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parents[2]
 ROLES = REPO / "ansible" / "roles"
 INSTANCES = ROLES / "zenvllm_instances"
 # Every role's variables, in play order; each is ansible/roles/<name>.
-EVERY_ROLE = "scripts/zenvllm/core/request.py and scripts/zenvllm/image/role_*.py"
+EVERY_ROLE = "scripts/zenvllm/core/request.py and scripts/zenvllm/deploy/role_*.py"
 ALL: tuple[Role, ...] = (
     role_host.ROLE,
     role_image.ROLE,
@@ -238,10 +238,10 @@ def variables_md() -> str:
         "Every variable of the collection's roles, with its type and default. The "
         "instances role's are the deployment request (`scripts/zenvllm/core/request.py`) "
         "under the role's names, plus the role's own options "
-        "(`scripts/zenvllm/image/role_instances.py`): the role sends the request to the "
+        "(`scripts/zenvllm/deploy/role_instances.py`): the role sends the request to the "
         "planner as one JSON value, and `zenvllm plan` takes the same options as flags or "
         "`--request`. Each other role's are its own, in "
-        "`scripts/zenvllm/image/role_<name>.py` (the role's name without `zenvllm_`). "
+        "`scripts/zenvllm/deploy/role_<name>.py` (the role's name without `zenvllm_`). "
         "Variables named `zenvllm_*` without a role prefix "
         "(`zenvllm_model_dir`, `zenvllm_image`, `zenvllm_state`, ...) are inventory-wide: "
         "the roles' defaults follow them.",
@@ -264,7 +264,7 @@ def readme_with_block(role: Role) -> str | None:
         "Made from "
         + (
             "the deployment request, `scripts/zenvllm/core/request.py`, and the role's own "
-            "options, `scripts/zenvllm/image/role_instances.py`"
+            "options, `scripts/zenvllm/deploy/role_instances.py`"
             if role is role_instances.ROLE
             else f"`{role.source}`"
         )

@@ -45,7 +45,7 @@ from support.ansible_run import (
 from support.gateway import SECRETS
 from support.tiny_model import ensure_tiny_model
 
-from zenvllm.image import playbooks
+from zenvllm.deploy import playbooks
 
 pytestmark = pytest.mark.ansible
 

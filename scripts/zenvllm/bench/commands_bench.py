@@ -39,8 +39,8 @@ from zenvllm.core.errors import UserError
 from zenvllm.core.host import Host
 from zenvllm.core.model import Model, read_model
 from zenvllm.core.topology import read_host
+from zenvllm.deploy.playbooks import BENCH_EXTRA
 from zenvllm.image import baseimage, peers, render
-from zenvllm.image.playbooks import BENCH_EXTRA
 
 DEFAULT_MAX_MODEL_LEN = 512
 

@@ -32,7 +32,7 @@ from zenvllm.bench.layouts import MODEL_MOUNT, Configuration
 from zenvllm.bench.meta import run_meta
 from zenvllm.core import gate
 from zenvllm.core.errors import UserError
-from zenvllm.image import outputs
+from zenvllm.deploy import outputs
 from zenvllm.runtime.engine import DOCKER
 
 # One sentence every configuration embeds after its runs: the same model gives one vector.

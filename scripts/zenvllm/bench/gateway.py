@@ -23,7 +23,7 @@ from pathlib import Path
 
 from zenvllm.core import gate
 from zenvllm.core.errors import UserError
-from zenvllm.image import data, outputs, playbooks, shipped
+from zenvllm.deploy import data, outputs, playbooks, shipped
 from zenvllm.runtime.engine import DOCKER
 
 ANSIBLE_DIR = data.ANSIBLE

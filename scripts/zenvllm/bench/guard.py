@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from zenvllm.core import gate
-from zenvllm.image import data
+from zenvllm.deploy import data
 
 PLANNER, BASELINE = "auto", "stock"
 RECORDED = data.ROOT.parent.parent / "docs" / "bench"

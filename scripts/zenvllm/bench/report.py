@@ -18,7 +18,7 @@ from zenvllm.bench.layouts import Configuration
 from zenvllm.bench.results import Run, Summary
 from zenvllm.bench.roofline import OVER, cached_note, over, percent_text, roofline_table
 from zenvllm.core.errors import UserError
-from zenvllm.image.playbooks import BENCH_EXTRA
+from zenvllm.deploy.playbooks import BENCH_EXTRA
 
 # -- writers -----------------------------------------------------------------
 

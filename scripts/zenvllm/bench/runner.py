@@ -39,7 +39,7 @@ from zenvllm.bench.roofline import Bandwidth
 from zenvllm.bench.workloads import Workload
 from zenvllm.core import request
 from zenvllm.core.errors import UserError
-from zenvllm.image import outputs
+from zenvllm.deploy import outputs
 from zenvllm.runtime.engine import DOCKER
 from zenvllm.runtime.health import healthy
 

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from zenvllm.core.topology import read_host
-from zenvllm.image import baseimage, build, outputs, peers, provenance, push, render
+from zenvllm.deploy import outputs
+from zenvllm.image import baseimage, build, peers, provenance, push, render
 
 
 def _path(value: str | None) -> Path | None:

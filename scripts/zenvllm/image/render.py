@@ -19,7 +19,8 @@ import yaml
 from zenvllm.core import compile_cache, gate
 from zenvllm.core.errors import ConfigError, UserError
 from zenvllm.core.targets import TARGETS
-from zenvllm.image import data, matrix, outputs, shipped
+from zenvllm.deploy import data, outputs, shipped
+from zenvllm.image import matrix
 from zenvllm.runtime import amx
 
 SOURCES = ("wheel", "source")
