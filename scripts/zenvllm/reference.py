@@ -18,6 +18,7 @@ import os
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -65,7 +66,7 @@ def yaml_value(key: str, value: object) -> str:
     Jinja folded (`>-`) at spaces, Jinja of several lines folded at its lines; a folded
     form only where it reads back as the value."""
     if isinstance(value, (list, dict)) and value:
-        text = yaml.dump({key: value}, Dumper=Indented, sort_keys=False, width=10**6)
+        text: str = yaml.dump({key: value}, Dumper=Indented, sort_keys=False, width=10**6)
         return text.rstrip("\n")
     if isinstance(value, str) and "{{" in value:
         line = f"{key}: {json.dumps(value)}"  # Jinja, double-quoted as the roles write it
@@ -108,11 +109,11 @@ def defaults_yml(role: Role) -> str:
     return "\n".join(out) + "\n"
 
 
-class Indented(yaml.SafeDumper):
+class Indented(yaml.SafeDumper):  # type: ignore[misc]  # PyYAML ships no types
     """Lists indented under their key, as yamllint's default wants."""
 
     def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
-        return super().increase_indent(flow, False)
+        super().increase_indent(flow, False)
 
 
 ANSIBLE_TYPES = {"str": "str", "int": "int", "float": "float", "bool": "bool", "list": "list"}
@@ -129,7 +130,7 @@ def ansible_type(var: Variable) -> str:
 def argument_specs_yml(role: Role) -> str:
     options = {}
     for var in role.variables:
-        entry: dict = {"type": ansible_type(var), "description": description(var)}
+        entry: dict[str, Any] = {"type": ansible_type(var), "description": description(var)}
         if var.kind == "list":
             entry["elements"] = var.elements or "str"
         if var.spec.choices:
@@ -149,7 +150,7 @@ def argument_specs_yml(role: Role) -> str:
             }
         }
     }
-    text = yaml.dump(doc, Dumper=Indented, sort_keys=False, width=100, allow_unicode=True)
+    text: str = yaml.dump(doc, Dumper=Indented, sort_keys=False, width=100, allow_unicode=True)
     return "---\n" + text
 
 
@@ -280,7 +281,8 @@ def readme_with_block(role: Role) -> str | None:
 def cli_md() -> str:
     os.environ["COLUMNS"] = str(WIDTH)  # argparse wraps at the terminal's width
     parser = console.build_parser(cli.VERBS, "zenvllm")
-    verbs = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    actions = parser._subparsers._group_actions  # type: ignore[union-attr]
+    verbs: dict[str, argparse.ArgumentParser] = actions[0].choices  # type: ignore[assignment]
     out = [
         "# Command-line reference",
         "",

@@ -20,6 +20,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from zenvllm.core import gate
 from zenvllm.core.errors import UserError
@@ -64,7 +65,7 @@ class Deployment:
     def site(self) -> Path:
         return self.site_dir / f"zenvllm-bench-{self.port}.conf"
 
-    def variables(self) -> dict:
+    def variables(self) -> dict[str, Any]:
         """deploy.yml's variables: a shared machine, so nothing host-wide is tuned."""
         etc = self.work / "etc"
         return {
