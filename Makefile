@@ -68,7 +68,7 @@ $(VENV)/.installed-deploy: pyproject.toml
 PLANNER := ansible/roles/zenvllm_instances/files/zenvllm.pyz
 planner: $(PLANNER)
 $(PLANNER): $(VENV)/.installed-deploy scripts/zenvllm/__init__.py $(wildcard scripts/zenvllm/core/*.py scripts/zenvllm/runtime/*.py)
-	$(BIN)/python -m zenvllm.image.shipped $@
+	$(BIN)/python -m zenvllm.deploy.shipped $@
 
 # What operators install: the Python package (wheel and sdist) and the Ansible
 # collection zenvllm.cpu with the planner inside, both into dist/.
@@ -92,6 +92,7 @@ lint: venv
 	$(BIN)/ruff format --check scripts tests ansible
 	$(BIN)/vermin -q --no-tips --eval-annotations --violations -t=3.10- $(HOST_LAYERS)
 	MYPYPATH=scripts $(BIN)/mypy --strict --python-version 3.10 --cache-dir .cache/mypy -p zenvllm.core -p zenvllm.runtime
+	MYPYPATH=scripts $(BIN)/mypy --strict --python-version 3.11 --cache-dir .cache/mypy -p zenvllm
 
 # Two workers: 44 s on the 2-core Zen 4, 105 s serially.
 unit: venv

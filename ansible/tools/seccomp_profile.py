@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterable
+from typing import Any
 
 MARK = (
     "zenvllm: the engine's default seccomp policy plus the NUMA memory-policy calls "
@@ -110,12 +112,12 @@ CLONE_NAMESPACE_FLAGS = 2114060288
 ENOSYS = 38
 
 
-def rule(names, **extra) -> dict:
+def rule(names: str | Iterable[str], **extra: Any) -> dict[str, Any]:
     names = names.split() if isinstance(names, str) else list(names)
     return {"names": names, "action": "SCMP_ACT_ALLOW", **extra}
 
 
-def profile() -> dict:
+def profile() -> dict[str, Any]:
     syscalls = [
         rule(ALLOW),
         rule("ptrace", includes={"minKernel": "4.8"}),

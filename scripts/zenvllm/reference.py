@@ -1,8 +1,8 @@
 """The files made from one source: `python -m zenvllm.reference [--check]`.
 
-From each role's variables, written in Python (image/role_instances.py: the deployment
+From each role's variables, written in Python (deploy/role_instances.py: the deployment
 request of core/request.py under the role's names and defaults, plus the role's own
-options; image/role_<name>.py for every other role, with image/role_vars.py's Variable):
+options; deploy/role_<name>.py for every other role, with deploy/role_vars.py's Variable):
 the role's `defaults/main.yml` and `meta/argument_specs.yml` (and the instances role's
 `templates/request.json.j2`), `docs/reference/variables.md` and the "Role Variables"
 block of every role's README. From the CLI's parser: `docs/reference/cli.md`.
@@ -18,12 +18,13 @@ import os
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from zenvllm import cli
 from zenvllm.core import gate
-from zenvllm.image import (
+from zenvllm.deploy import (
     playbooks,
     role_gateway,
     role_host,
@@ -33,7 +34,7 @@ from zenvllm.image import (
     role_router,
     role_verify,
 )
-from zenvllm.image.role_vars import Role, Variable
+from zenvllm.deploy.role_vars import Role, Variable
 from zenvllm.runtime import console
 from zenvllm.runtime.atomic import write_atomically
 
@@ -41,7 +42,7 @@ REPO = Path(__file__).resolve().parents[2]
 ROLES = REPO / "ansible" / "roles"
 INSTANCES = ROLES / "zenvllm_instances"
 # Every role's variables, in play order; each is ansible/roles/<name>.
-EVERY_ROLE = "scripts/zenvllm/core/request.py and scripts/zenvllm/image/role_*.py"
+EVERY_ROLE = "scripts/zenvllm/core/request.py and scripts/zenvllm/deploy/role_*.py"
 ALL: tuple[Role, ...] = (
     role_host.ROLE,
     role_image.ROLE,
@@ -65,7 +66,7 @@ def yaml_value(key: str, value: object) -> str:
     Jinja folded (`>-`) at spaces, Jinja of several lines folded at its lines; a folded
     form only where it reads back as the value."""
     if isinstance(value, (list, dict)) and value:
-        text = yaml.dump({key: value}, Dumper=Indented, sort_keys=False, width=10**6)
+        text: str = yaml.dump({key: value}, Dumper=Indented, sort_keys=False, width=10**6)
         return text.rstrip("\n")
     if isinstance(value, str) and "{{" in value:
         line = f"{key}: {json.dumps(value)}"  # Jinja, double-quoted as the roles write it
@@ -108,11 +109,11 @@ def defaults_yml(role: Role) -> str:
     return "\n".join(out) + "\n"
 
 
-class Indented(yaml.SafeDumper):
+class Indented(yaml.SafeDumper):  # type: ignore[misc]  # PyYAML ships no types
     """Lists indented under their key, as yamllint's default wants."""
 
     def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
-        return super().increase_indent(flow, False)
+        super().increase_indent(flow, False)
 
 
 ANSIBLE_TYPES = {"str": "str", "int": "int", "float": "float", "bool": "bool", "list": "list"}
@@ -129,7 +130,7 @@ def ansible_type(var: Variable) -> str:
 def argument_specs_yml(role: Role) -> str:
     options = {}
     for var in role.variables:
-        entry: dict = {"type": ansible_type(var), "description": description(var)}
+        entry: dict[str, Any] = {"type": ansible_type(var), "description": description(var)}
         if var.kind == "list":
             entry["elements"] = var.elements or "str"
         if var.spec.choices:
@@ -149,7 +150,7 @@ def argument_specs_yml(role: Role) -> str:
             }
         }
     }
-    text = yaml.dump(doc, Dumper=Indented, sort_keys=False, width=100, allow_unicode=True)
+    text: str = yaml.dump(doc, Dumper=Indented, sort_keys=False, width=100, allow_unicode=True)
     return "---\n" + text
 
 
@@ -238,10 +239,10 @@ def variables_md() -> str:
         "Every variable of the collection's roles, with its type and default. The "
         "instances role's are the deployment request (`scripts/zenvllm/core/request.py`) "
         "under the role's names, plus the role's own options "
-        "(`scripts/zenvllm/image/role_instances.py`): the role sends the request to the "
+        "(`scripts/zenvllm/deploy/role_instances.py`): the role sends the request to the "
         "planner as one JSON value, and `zenvllm plan` takes the same options as flags or "
         "`--request`. Each other role's are its own, in "
-        "`scripts/zenvllm/image/role_<name>.py` (the role's name without `zenvllm_`). "
+        "`scripts/zenvllm/deploy/role_<name>.py` (the role's name without `zenvllm_`). "
         "Variables named `zenvllm_*` without a role prefix "
         "(`zenvllm_model_dir`, `zenvllm_image`, `zenvllm_state`, ...) are inventory-wide: "
         "the roles' defaults follow them.",
@@ -264,7 +265,7 @@ def readme_with_block(role: Role) -> str | None:
         "Made from "
         + (
             "the deployment request, `scripts/zenvllm/core/request.py`, and the role's own "
-            "options, `scripts/zenvllm/image/role_instances.py`"
+            "options, `scripts/zenvllm/deploy/role_instances.py`"
             if role is role_instances.ROLE
             else f"`{role.source}`"
         )
@@ -280,7 +281,8 @@ def readme_with_block(role: Role) -> str | None:
 def cli_md() -> str:
     os.environ["COLUMNS"] = str(WIDTH)  # argparse wraps at the terminal's width
     parser = console.build_parser(cli.VERBS, "zenvllm")
-    verbs = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    actions = parser._subparsers._group_actions  # type: ignore[union-attr]
+    verbs: dict[str, argparse.ArgumentParser] = actions[0].choices  # type: ignore[assignment]
     out = [
         "# Command-line reference",
         "",

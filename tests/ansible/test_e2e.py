@@ -34,7 +34,7 @@ from support.nspawn import NETWORKS
 from support.tiny_model import ensure_tiny_model
 
 from zenvllm.core.topology import read_host
-from zenvllm.image import playbooks
+from zenvllm.deploy import playbooks
 from zenvllm.runtime.health import healthy
 
 pytestmark = pytest.mark.ansible

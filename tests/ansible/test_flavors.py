@@ -23,7 +23,7 @@ import yaml
 from conftest import FIXTURES, REPO
 from support.ansible_run import planner_zipapp, playbook
 
-from zenvllm.image import shipped
+from zenvllm.deploy import shipped
 
 pytestmark = pytest.mark.ansible
 

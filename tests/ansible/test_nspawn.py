@@ -57,7 +57,7 @@ from support.gateway import key as gateway_key
 from support.tiny_model import ensure_tiny_model
 
 from zenvllm import __version__
-from zenvllm.image import playbooks
+from zenvllm.deploy import playbooks
 
 pytestmark = pytest.mark.ansible
 

@@ -20,7 +20,7 @@ from support.ansible_run import BIN, env
 from support.openstack_replay import Cloud, clouds_yaml, replay
 from support.readme import block
 
-from zenvllm.image import playbooks
+from zenvllm.deploy import playbooks
 
 pytestmark = pytest.mark.ansible
 

@@ -28,7 +28,7 @@ from support.ansible_run import planner_zipapp
 from support.gateway import nginx_as_found
 
 from zenvllm.bench.gateway import signal_nginx
-from zenvllm.image import playbooks
+from zenvllm.deploy import playbooks
 
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE = REPO / "ansible"

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zenvllm import __version__
-from zenvllm.image import playbooks, shipped
+from zenvllm.deploy import playbooks, shipped
 
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE_DIR = REPO / "ansible"
@@ -128,7 +128,7 @@ def env() -> dict[str, str]:
 
 
 def playbook_argv(*args: str, extra_vars: dict | None, playbook_file: str, cpus: str) -> list[str]:
-    """The package's command line (zenvllm.image.playbooks), extra vars last as JSON."""
+    """The package's command line (zenvllm.deploy.playbooks), extra vars last as JSON."""
     extra = ["-e", json.dumps(extra_vars)] if extra_vars else []
     return playbooks.command(playbook_file, *args, *extra, cpus=cpus)
 

@@ -528,7 +528,7 @@ def test_the_recorded_quantized_runs_compare_each_weights_with_bf16_in_one_run()
 
 def test_the_gateway_touches_only_a_site_and_work_dir_zenvllm_wrote(tmp_path):
     from zenvllm.bench import gateway
-    from zenvllm.image import outputs
+    from zenvllm.deploy import outputs
 
     d = gateway.Deployment(
         work=tmp_path / ".out.gateway",

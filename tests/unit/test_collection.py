@@ -13,7 +13,8 @@ import yaml
 
 import zenvllm
 from zenvllm.core import compile_cache
-from zenvllm.image import data, render, shipped
+from zenvllm.deploy import data, shipped
+from zenvllm.image import render
 
 REPO = Path(__file__).resolve().parents[2]
 COLLECTION = REPO / "ansible"

@@ -19,7 +19,7 @@ from conftest import REPO, require
 from support import readme
 from support.tiny_model import ensure_tiny_model
 
-from zenvllm.image import shipped
+from zenvllm.deploy import shipped
 
 # Blocks not yet tested nor labelled, per page: this may only go down (to none).
 UNTESTED: dict[str, int] = {}

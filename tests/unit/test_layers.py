@@ -18,11 +18,11 @@ from support import pythons
 
 from zenvllm import SHIPPED_LAYERS
 from zenvllm.core.errors import UserError
-from zenvllm.image import data, shipped
+from zenvllm.deploy import data, shipped
 
 PACKAGE = data.ROOT
 # Each layer may import the layers before it, never those after.
-ORDER = ("core", "runtime", "image", "bench", "cli")
+ORDER = ("core", "runtime", "deploy", "image", "bench", "cli")
 
 
 def layer_of(module: str) -> str:
@@ -261,7 +261,7 @@ def test_only_the_engine_edge_runs_the_engine(tmp_path):
 
 # Ansible's own words, and the names of the roles' variables (zenvllm_*): core plans
 # from a request and never says how a role spells, defaults or templates an option
-# (image/role_instances.py does).
+# (deploy/role_instances.py does).
 ANSIBLE_WORDS = ("{{", "{%", "groups[", "hostvars", "inventory_hostname", "ansible_", "role_path")
 ROLE_VARIABLE = re.compile(r"\bzenvllm_\w+")
 # Words of that shape that are not a variable: the model manifest's and the directory
@@ -297,7 +297,7 @@ def ansible_words(path: Path, allowed: frozenset[str] = frozenset()) -> list[tup
 
 def test_core_names_no_ansible_variable(tmp_path):
     """The request is the planner's; the instances role's names, defaults and Jinja are
-    the image layer's (image/role_instances.py)."""
+    the image layer's (deploy/role_instances.py)."""
     found = {
         name: words
         for name, path in modules().items()

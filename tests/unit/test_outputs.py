@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from zenvllm.core.errors import UserError
-from zenvllm.image import outputs
+from zenvllm.deploy import outputs
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 ENV = {**os.environ, "PYTHONPATH": str(SCRIPTS)}

@@ -20,8 +20,8 @@ from zenvllm import reference
 from zenvllm.core import request
 from zenvllm.core.errors import UserError
 from zenvllm.core.request import DEFAULT, Request
-from zenvllm.image import role_instances
-from zenvllm.image.role_instances import ROLE_PREFIX, VARIABLES
+from zenvllm.deploy import role_instances
+from zenvllm.deploy.role_instances import ROLE_PREFIX, VARIABLES
 
 ROLE = reference.INSTANCES
 

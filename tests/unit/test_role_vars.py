@@ -1,4 +1,4 @@
-"""Every role's variables are written once, in Python (image/role_*.py), and its
+"""Every role's variables are written once, in Python (deploy/role_*.py), and its
 `defaults/main.yml` and `meta/argument_specs.yml` are made from them (reference.py);
 these read the made files back as Ansible reads them."""
 
@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from zenvllm import reference
-from zenvllm.image.role_vars import Role
+from zenvllm.deploy.role_vars import Role
 
 ROLES = {role.name: role for role in reference.ALL}
 

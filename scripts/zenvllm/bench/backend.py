@@ -15,6 +15,7 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from zenvllm.bench import catalogue, http_client, layouts
 from zenvllm.bench.layouts import Configuration
@@ -46,11 +47,14 @@ UNITS_US = {"us": 1.0, "ms": 1e3, "s": 1e6}
 
 def micros(text: str) -> float:
     """ "2.312ms" -> 2312.0 (torch's table prints us, ms or s)."""
-    number, unit = re.fullmatch(r"([0-9.]+)(us|ms|s)", text).groups()
+    found = re.fullmatch(r"([0-9.]+)(us|ms|s)", text)
+    if found is None:
+        raise ValueError(f"{text!r} is not a time torch's profiler prints (us, ms or s)")
+    number, unit = found.groups()
     return round(float(number) * UNITS_US[unit], 3)
 
 
-def parse_table(text: str) -> list[dict]:
+def parse_table(text: str) -> list[dict[str, Any]]:
     """Rows of torch's key_averages table: operator, self CPU %, CPU time per call, calls."""
     rows = []
     for line in text.splitlines():
@@ -72,18 +76,18 @@ def parse_table(text: str) -> list[dict]:
     return sorted(rows, key=lambda r: -r["self_cpu_pct"])
 
 
-def verdict(target: str, platform: str, rows: list[dict]) -> dict:
+def verdict(target: str, platform: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The record of one server: its platform, its top operators, the target's own
     operators' calls, and whether the target's acceleration really ran."""
     wanted, namespace = WANTED.get(target, ("", ""))
     calls = sum(r["calls"] for r in rows if namespace and r["op"].startswith(namespace))
-    record = {"platform": platform, "top_ops": rows[:TOP]}
+    record: dict[str, Any] = {"platform": platform, "top_ops": rows[:TOP]}
     if wanted:
         record |= {"accelerated_calls": calls, "active": platform == wanted and calls > 0}
     return record
 
 
-def describe(name: str, target: str, record: dict) -> str:
+def describe(name: str, target: str, record: dict[str, Any]) -> str:
     """One line for the notes: what ran, in words."""
     top = ", ".join(f"{r['op']} x{r['calls']}" for r in record["top_ops"][:3]) or "no table"
     if "active" not in record:
@@ -103,7 +107,7 @@ def platform_of(container: str) -> str:
     return words[-1] if done.returncode == 0 and words else f"unknown ({done.stderr[-200:]!r})"
 
 
-def profile(url: str, model: str, host_dir: Path) -> list[dict]:
+def profile(url: str, model: str, host_dir: Path) -> list[dict[str, Any]]:
     """One short request under vLLM's profiler; the table its worker wrote."""
     http_client.post(f"{url}/start_profile")
     try:
@@ -116,7 +120,7 @@ def profile(url: str, model: str, host_dir: Path) -> list[dict]:
     return parse_table(gate.read_text(tables[0], gate.SMALL, fix) or "") if tables else []
 
 
-def read_back(container: str, url: str, model: str, target: str, host_dir: Path) -> dict:
+def read_back(container: str, url: str, model: str, target: str, host_dir: Path) -> dict[str, Any]:
     return verdict(target, platform_of(container), profile(url, model, host_dir))
 
 
@@ -153,11 +157,11 @@ def profile_dir(raw: Path, config: str, server: str) -> Path:
 def facts(
     config: Configuration,
     raw: Path,
-    started: dict,
+    started: dict[str, Any],
     restart_once: bool,
     wait: Wait,
     say: Callable[[str], None],
-) -> dict:
+) -> dict[str, Any]:
     """What the first server of a vLLM configuration ran (its platform; for the
     planner's containers the operators of one profiled request) and how it started;
     the planner's layout is restarted once for its warm time to ready."""

@@ -13,6 +13,7 @@ import csv
 import io
 import statistics
 from pathlib import Path
+from typing import Any
 
 from zenvllm.bench import embed_check, recompute
 from zenvllm.bench.catalogue import ACCEPTANCE_RATIO, NEAR_BEST, PEER_KINDS, PLANNER, STOCK
@@ -90,7 +91,7 @@ def check_outputs(out_dir: Path, expect: list[str] | None = None) -> list[str]:
     return problems
 
 
-def backend_problems(configurations: list[dict]) -> list[str]:
+def backend_problems(configurations: list[dict[str, Any]]) -> list[str]:
     """A configuration whose acceleration did not run is not what its name says."""
     return [
         f"{c['name']}: its {c['target']} acceleration did not run (platform "
@@ -101,7 +102,7 @@ def backend_problems(configurations: list[dict]) -> list[str]:
     ]
 
 
-def missing_configs(configurations: list[dict], expect: list[str]) -> list[str]:
+def missing_configs(configurations: list[dict[str, Any]], expect: list[str]) -> list[str]:
     """An expected configuration counts as run when it ran or was folded into one that did."""
     names = [c["name"] for c in configurations]
     problems = []
@@ -112,7 +113,7 @@ def missing_configs(configurations: list[dict], expect: list[str]) -> list[str]:
     return problems
 
 
-def run_problems(name: str, r: dict, w: dict) -> list[str]:
+def run_problems(name: str, r: dict[str, Any], w: dict[str, Any]) -> list[str]:
     """A repeat that lost requests or tokens, or whose rate does not follow from them."""
     problems = []
     if r["failed"] or r["completed"] != w["num_prompts"]:
@@ -134,7 +135,9 @@ def run_problems(name: str, r: dict, w: dict) -> list[str]:
     return problems
 
 
-def config_problems(name: str, mine: list[dict], s: dict | None, w: dict) -> list[str]:
+def config_problems(
+    name: str, mine: list[dict[str, Any]], s: dict[str, Any] | None, w: dict[str, Any]
+) -> list[str]:
     """One configuration: every repeat ran cleanly and its summary row follows from them."""
     problems = []
     if len(mine) != w["repeats"]:
@@ -153,7 +156,7 @@ def config_problems(name: str, mine: list[dict], s: dict | None, w: dict) -> lis
     return problems
 
 
-def ratio_problems(summary: dict[str, dict]) -> list[str]:
+def ratio_problems(summary: dict[str, dict[str, Any]]) -> list[str]:
     """Every ratio is a quotient by stock's throughput, so stock's row must be there."""
     stock = summary.get(STOCK)
     if stock is None:
@@ -169,7 +172,9 @@ def ratio_problems(summary: dict[str, dict]) -> list[str]:
     return problems
 
 
-def peer_problems(peers: list[dict], summary: dict[str, dict], configs: list[dict]) -> list[str]:
+def peer_problems(
+    peers: list[dict[str, Any]], summary: dict[str, dict[str, Any]], configs: list[dict[str, Any]]
+) -> list[str]:
     """A row per peer that ran (and stock), each the quotient of the summary rows."""
     planner = summary.get(PLANNER)
     wanted = {c["name"] for c in configs if c["kind"] in PEER_KINDS} | {STOCK}
@@ -194,7 +199,9 @@ def peer_problems(peers: list[dict], summary: dict[str, dict], configs: list[dic
     return problems
 
 
-def weights_problems(rows: list[dict], summary: dict[str, dict], configs: list[dict]) -> list[str]:
+def weights_problems(
+    rows: list[dict[str, Any]], summary: dict[str, dict[str, Any]], configs: list[dict[str, Any]]
+) -> list[str]:
     """A row per other copy of the weights that ran, each the quotient of summary rows."""
     planner = summary.get(PLANNER)
     copies = {c["name"] for c in configs if any(s.get("model_dir") for s in c["servers"])}
@@ -225,7 +232,9 @@ WEIGHT_FIELDS = (
 )
 
 
-def table_problems(path: Path, summary: dict[str, dict], peers: list[dict]) -> list[str]:
+def table_problems(
+    path: Path, summary: dict[str, dict[str, Any]], peers: list[dict[str, Any]]
+) -> list[str]:
     """table.md is what people read: it must show each row's name, throughput and ratio,
     and each peer's quotients."""
     table = gate.read_text(path, gate.DOCUMENT, "run the bench again", optional=True) or ""
@@ -241,7 +250,7 @@ def table_problems(path: Path, summary: dict[str, dict], peers: list[dict]) -> l
     return problems
 
 
-def shown_problems(path: Path, result: dict, derived: dict) -> list[str]:
+def shown_problems(path: Path, result: dict[str, Any], derived: dict[str, Any]) -> list[str]:
     """The verdict in words as the runs give it (a document from before the peers
     table, with its verdict's keys only), the batch-1 rows, the weights and roofline
     rows, as the report writes them."""
@@ -271,7 +280,7 @@ def plot_problems(out_dir: Path) -> list[str]:
     return problems
 
 
-def compare_csv(path: Path, rows: list[dict], label: str) -> list[str]:
+def compare_csv(path: Path, rows: list[dict[str, Any]], label: str) -> list[str]:
     try:
         text = gate.read_text(path, gate.DOCUMENT, "run the bench again")
     except gate.InputError as err:
@@ -289,7 +298,7 @@ def compare_csv(path: Path, rows: list[dict], label: str) -> list[str]:
 
 def embedding(out_dir: Path) -> bool:
     result = gate.read_json(out_dir / "results.json", gate.DOCUMENT, "")
-    return result["meta"].get("kind") == "embed"
+    return bool(result["meta"].get("kind") == "embed")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -231,7 +231,7 @@ def served_model(url: str) -> str:
     """The model name an OpenAI-compatible endpoint serves (its first in /v1/models)."""
     try:
         data = http_client.get_json(f"{url}/v1/models", timeout=10)
-        return data["data"][0]["id"]  # type: ignore[index]
+        return str(data["data"][0]["id"])  # type: ignore[index]
     except (OSError, ValueError, KeyError, IndexError, TypeError) as err:
         raise UserError(
             f"{url}/v1/models: no model list ({err}); give the base URL of a running "

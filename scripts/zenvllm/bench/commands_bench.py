@@ -39,8 +39,8 @@ from zenvllm.core.errors import UserError
 from zenvllm.core.host import Host
 from zenvllm.core.model import Model, read_model
 from zenvllm.core.topology import read_host
+from zenvllm.deploy.playbooks import BENCH_EXTRA
 from zenvllm.image import baseimage, peers, render
-from zenvllm.image.playbooks import BENCH_EXTRA
 
 DEFAULT_MAX_MODEL_LEN = 512
 
@@ -63,7 +63,7 @@ SHAPE_KEYS = (
 WEIGHTS_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,31}")
 
 
-def model_shape(model_dir: Path) -> dict:
+def model_shape(model_dir: Path) -> dict[str, Any]:
     config = gate.read_json(model_dir / "config.json", gate.DOCUMENT, "fix the model's config")
     return {k: config.get(k) for k in SHAPE_KEYS}  # read_model checked it is an object
 
@@ -329,7 +329,7 @@ def choose_gateway(
     return gateway_url, deployment, configs
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "bench",
         help="benchmark stock vLLM against the planner's layouts (vllm bench serve)",
@@ -345,7 +345,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def print_summary(result: dict, out_dir: Path) -> None:
+def print_summary(result: dict[str, Any], out_dir: Path) -> None:
     """The table of a finished run, and where its files are."""
     print()
     print(report.markdown(result), end="")

@@ -6,13 +6,14 @@ the bench writes (bench/report.py) and bench/check.py derives again to compare.
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import Any
 
 from zenvllm.bench import roofline
 from zenvllm.bench.layouts import Configuration, Server
 from zenvllm.bench.results import Run, peer_ratios, summarize, verdict, weight_ratios
 
 
-def configs_from_dicts(items: list[dict]) -> list[Configuration]:
+def configs_from_dicts(items: list[dict[str, Any]]) -> list[Configuration]:
     out = []
     for d in items:
         servers = tuple(
@@ -39,7 +40,7 @@ def configs_from_dicts(items: list[dict]) -> list[Configuration]:
     return out
 
 
-def config_dict(config: Configuration, image: str | None) -> dict:
+def config_dict(config: Configuration, image: str | None) -> dict[str, Any]:
     d = asdict(config)
     d["servers"] = [s.to_dict() for s in config.servers]
     d["shape"] = config.shape
@@ -48,8 +49,11 @@ def config_dict(config: Configuration, image: str | None) -> dict:
 
 
 def derived(
-    meta: dict, configs: list[Configuration], runs: list[Run], batch1: list[Run] | tuple = ()
-) -> dict:
+    meta: dict[str, Any],
+    configs: list[Configuration],
+    runs: list[Run],
+    batch1: list[Run] | tuple[Run, ...] = (),
+) -> dict[str, Any]:
     """Everything the document derives from its raw runs: summary rows, the verdict (the
     planner's batch-1 share too), the peers, other weights and the roofline."""
     summaries = summarize(runs, configs, batch1)
@@ -64,13 +68,13 @@ def derived(
 
 
 def result_document(
-    meta: dict,
+    meta: dict[str, Any],
     configs: list[Configuration],
     images: dict[str, str],
     runs: list[Run],
-    batch1: list[Run] | tuple = (),
-    facts: dict[str, dict] | None = None,
-) -> dict:
+    batch1: list[Run] | tuple[Run, ...] = (),
+    facts: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """`runs`: the throughput workload's repeats; `batch1`: one request at a time;
     `facts`: per configuration, what ran (backend) and how it started (start, restart)."""
     facts = facts or {}
@@ -85,6 +89,6 @@ def result_document(
     }
 
 
-def runs_of(result: dict) -> tuple[list[Run], list[Run]]:
+def runs_of(result: dict[str, Any]) -> tuple[list[Run], list[Run]]:
     """The raw runs of a document read back: the throughput workload's, batch 1's."""
     return [Run(**r) for r in result["runs"]], [Run(**r) for r in result.get("batch1", [])]

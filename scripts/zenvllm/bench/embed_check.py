@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from zenvllm.bench import document
 from zenvllm.bench.embed_report import detail_row, planner_row
@@ -28,7 +29,7 @@ SAME_VECTOR = 0.999
 TOKENS_SLACK = 0.02
 
 
-def run_problems(r: dict, w: dict) -> list[str]:
+def run_problems(r: dict[str, Any], w: dict[str, Any]) -> list[str]:
     """A run that lost a request or an input, or whose rate does not follow."""
     name = f"{r['config']} batch {r['batch']} repeat {r['repeat']}"
     problems = []
@@ -47,7 +48,7 @@ def run_problems(r: dict, w: dict) -> list[str]:
     return problems
 
 
-def coverage_problems(result: dict) -> list[str]:
+def coverage_problems(result: dict[str, Any]) -> list[str]:
     """Every configuration, every batch size, every repeat: once each."""
     w = result["meta"]["workload"]
     seen: dict[tuple[str, int], list[int]] = defaultdict(list)
@@ -61,7 +62,7 @@ def coverage_problems(result: dict) -> list[str]:
     ]
 
 
-def same_inputs_problems(runs: list[dict]) -> list[str]:
+def same_inputs_problems(runs: list[dict[str, Any]]) -> list[str]:
     """Each repeat's inputs are drawn once for every configuration: the servers must
     have counted the same tokens (a server that truncated or counted otherwise differs)."""
     tokens: dict[tuple[int, int], dict[str, int]] = defaultdict(dict)
@@ -74,7 +75,7 @@ def same_inputs_problems(runs: list[dict]) -> list[str]:
     ]
 
 
-def derived_problems(result: dict) -> list[str]:
+def derived_problems(result: dict[str, Any]) -> list[str]:
     """The summary, the planner's quotients and the best per batch size, derived again."""
     configs = document.configs_from_dicts(result["configurations"])
     again = derived(configs, [EmbedRun(**r) for r in result["runs"]])
@@ -93,7 +94,7 @@ def derived_problems(result: dict) -> list[str]:
     return problems
 
 
-def shown_problems(out_dir: Path, result: dict) -> list[str]:
+def shown_problems(out_dir: Path, result: dict[str, Any]) -> list[str]:
     """table.md shows every summary row and every quotient of the planner's."""
     table = gate.read_text(out_dir / "table.md", gate.DOCUMENT, "run the bench again", True)
     wanted = [detail_row(EmbedSummary(**s)) for s in result["summary"]]
@@ -101,7 +102,7 @@ def shown_problems(out_dir: Path, result: dict) -> list[str]:
     return [f"table.md lacks the row {row!r}" for row in wanted if row not in (table or "")]
 
 
-def vector_problems(configurations: list[dict]) -> list[str]:
+def vector_problems(configurations: list[dict[str, Any]]) -> list[str]:
     return [
         f"{c['name']}: its vector's cosine to stock's is {c['cosine_to_stock']}, under "
         f"{SAME_VECTOR}: not the same model"
@@ -110,12 +111,12 @@ def vector_problems(configurations: list[dict]) -> list[str]:
     ]
 
 
-CsvCheck = Callable[[Path, list[dict], str], list[str]]
+CsvCheck = Callable[[Path, list[dict[str, Any]], str], list[str]]
 
 
 def problems(
     out_dir: Path,
-    result: dict,
+    result: dict[str, Any],
     expect: list[str],
     compare_csv: CsvCheck,
     png_size: Callable[[Path], tuple[int, int] | None],

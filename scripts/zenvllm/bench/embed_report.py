@@ -10,6 +10,7 @@ import io
 import json
 from dataclasses import asdict, fields
 from pathlib import Path
+from typing import Any
 
 from zenvllm.bench import report
 from zenvllm.bench.catalogue import PLANNER, STOCK
@@ -21,12 +22,12 @@ KIND = "embed"  # meta.kind: bench/check.py hands such a directory to bench/embe
 
 
 def result_document(
-    meta: dict,
+    meta: dict[str, Any],
     configs: list[Configuration],
     images: dict[str, str],
     runs: list[EmbedRun],
-    facts: dict[str, dict],
-) -> dict:
+    facts: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
     """The runs and what is derived from them; per configuration, what ran (facts)."""
     return {
         "meta": {**meta, "kind": KIND},
@@ -38,7 +39,7 @@ def result_document(
     }
 
 
-def rows_csv(rows: list[dict], names: list[str]) -> str:
+def rows_csv(rows: list[dict[str, Any]], names: list[str]) -> str:
     """Rows as CSV, a column per field (None as an empty cell)."""
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=names, lineterminator="\n")
@@ -84,13 +85,13 @@ def detail_table(summaries: list[EmbedSummary]) -> str:
     return "\n".join([*lines, *(detail_row(s) for s in summaries)])
 
 
-def planner_row(r: dict) -> str:
+def planner_row(r: dict[str, Any]) -> str:
     return (
         f"| {r['batch']} | {r['other']} | {r['inputs']:.3f}x | {r['p50']:.3f}x | {r['p99']:.3f}x |"
     )
 
 
-def planner_table(rows: list[dict]) -> str:
+def planner_table(rows: list[dict[str, Any]]) -> str:
     lines = [
         f"The planner's layout ({PLANNER}) against {STOCK} and the peer at each batch size "
         "(planner / other; inputs/s above 1 and latency below 1 favour the planner):",
@@ -101,14 +102,14 @@ def planner_table(rows: list[dict]) -> str:
     return "\n".join([*lines, *(planner_row(r) for r in rows)])
 
 
-def ran_row(c: dict) -> str:
+def ran_row(c: dict[str, Any]) -> str:
     start = c.get("start")
     ready = f"{start['ready_s']:g} s" if start else "-"
     cosine = c.get("cosine_to_stock")
     return f"| {c['name']} | {c['image']} | {c['serves']} | {ready} | {cosine if cosine else '-'} |"
 
 
-def ran_table(configs: list[dict]) -> str:
+def ran_table(configs: list[dict[str, Any]]) -> str:
     """What each configuration served and how it started; its vectors against stock's."""
     lines = [
         "What ran: each server's image and what it serves, its time to ready, and the cosine "
@@ -121,7 +122,7 @@ def ran_table(configs: list[dict]) -> str:
     return "\n".join([*lines, *(ran_row(c) for c in configs if "serves" in c)])
 
 
-def workload_line(meta: dict) -> str:
+def workload_line(meta: dict[str, Any]) -> str:
     w = meta["workload"]
     sizes = ", ".join(str(b) for b in w["batch_sizes"])
     return (
@@ -134,7 +135,7 @@ def workload_line(meta: dict) -> str:
     )
 
 
-def markdown(result: dict) -> str:
+def markdown(result: dict[str, Any]) -> str:
     meta = result["meta"]
     summaries = [EmbedSummary(**s) for s in result["summary"]]
     best = "; ".join(f"batch {b}: {c}" for b, c in result["best"].items())
@@ -159,7 +160,7 @@ def markdown(result: dict) -> str:
     return "\n".join(parts) + "\n"
 
 
-def plot(result: dict, path: Path) -> Path:
+def plot(result: dict[str, Any], path: Path) -> Path:
     """throughput.png: inputs/s per batch size, a bar per configuration, min-max whiskers."""
     plt = report.pyplot()
     summaries = [EmbedSummary(**s) for s in result["summary"]]
@@ -187,7 +188,7 @@ def plot(result: dict, path: Path) -> Path:
     return path
 
 
-def write_outputs(result: dict, out_dir: Path, plots: bool = True) -> list[Path]:
+def write_outputs(result: dict[str, Any], out_dir: Path, plots: bool = True) -> list[Path]:
     """results.json, runs.csv, summary.csv, table.md and throughput.png into out_dir."""
     files = {
         "results.json": json.dumps(result, indent=2) + "\n",

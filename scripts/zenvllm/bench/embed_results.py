@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from zenvllm.bench.catalogue import PLANNER, STOCK
 from zenvllm.bench.embed_configs import PEER
@@ -32,7 +33,9 @@ class EmbedClient:
     finished_at: float  # epoch seconds the file was written: the end of the measurement
 
 
-def parse_result(data: dict, source: str, finished_at: float, requests: int) -> EmbedClient:
+def parse_result(
+    data: dict[str, Any], source: str, finished_at: float, requests: int
+) -> EmbedClient:
     """A result file of `requests` requests: what completed, their latencies. A request
     lost (an error, or none recorded) is a failure, never a shorter measurement."""
     missing = [k for k in RESULT_KEYS if k not in data]
@@ -179,7 +182,7 @@ def summarize(runs: list[EmbedRun], configs: list[Configuration]) -> list[EmbedS
     ]
 
 
-def planner_over(summaries: list[EmbedSummary]) -> list[dict]:
+def planner_over(summaries: list[EmbedSummary]) -> list[dict[str, Any]]:
     """The planner's layout over stock and over the peer at each batch size: inputs/s,
     p50 and p99 latency as quotients (planner / other: throughput above 1 and latency
     below 1 favour the planner)."""
@@ -210,7 +213,7 @@ def best_per_batch(summaries: list[EmbedSummary]) -> dict[str, str]:
     }
 
 
-def derived(configs: list[Configuration], runs: list[EmbedRun]) -> dict:
+def derived(configs: list[Configuration], runs: list[EmbedRun]) -> dict[str, Any]:
     """Everything the document derives from its runs."""
     summaries = summarize(runs, configs)
     return {

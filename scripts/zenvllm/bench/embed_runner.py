@@ -15,6 +15,7 @@ import time
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from zenvllm.bench import (
     clients,
@@ -28,11 +29,11 @@ from zenvllm.bench import (
 from zenvllm.bench.catalogue import STOCK
 from zenvllm.bench.embed_results import EmbedClient, EmbedRun, combine, parse_result
 from zenvllm.bench.embed_workload import BACKENDS, EmbedWorkload, Share, client_args, shares
-from zenvllm.bench.layouts import MODEL_MOUNT, Configuration
+from zenvllm.bench.layouts import MODEL_MOUNT, Configuration, Server
 from zenvllm.bench.meta import run_meta
 from zenvllm.core import gate
 from zenvllm.core.errors import UserError
-from zenvllm.image import outputs
+from zenvllm.deploy import outputs
 from zenvllm.runtime.engine import DOCKER
 
 # One sentence every configuration embeds after its runs: the same model gives one vector.
@@ -58,7 +59,9 @@ class Settings:
     compile_cache_dir: str = ""
 
 
-def launch_of(server, config: Configuration, settings: Settings, raw: Path, run_id: str):
+def launch_of(
+    server: Server, config: Configuration, settings: Settings, raw: Path, run_id: str
+) -> launch.Launch:
     """How one server starts: infinity's command, vLLM's guide's (stock) or the
     deployment's container (the planner's), with a compile cache of the run's own."""
     if config.kind == embed_configs.PEER:
@@ -78,7 +81,9 @@ def launch_of(server, config: Configuration, settings: Settings, raw: Path, run_
     return launch.server_launch(server, container, run_id)
 
 
-def start(config: Configuration, settings: Settings, raw: Path, run_id: str, tag: str) -> dict:
+def start(
+    config: Configuration, settings: Settings, raw: Path, run_id: str, tag: str
+) -> dict[str, Any]:
     """Every port checked free first, then the servers started and waited for."""
     for s in config.servers:
         if runner.port_in_use(s.port):
@@ -177,7 +182,7 @@ def cosine(a: list[float], b: list[float]) -> float:
 
 def measure(
     index: int, total: int, config: Configuration, settings: Settings, raw: Path, run_id: str
-) -> tuple[list[EmbedRun], dict, list[float]]:
+) -> tuple[list[EmbedRun], dict[str, Any], list[float]]:
     """One configuration: started, measured, its vector read, removed."""
     tag = f"[{index}/{total}] {config.name}"
     try:
@@ -192,10 +197,10 @@ def measure(
 
 def measure_all(
     configs: list[Configuration], settings: Settings, raw: Path, run_id: str
-) -> tuple[list[EmbedRun], dict[str, dict], list[str]]:
+) -> tuple[list[EmbedRun], dict[str, dict[str, Any]], list[str]]:
     """Every configuration in turn; one that fails is a failure, the others still run."""
     runs: list[EmbedRun] = []
-    facts: dict[str, dict] = {}
+    facts: dict[str, dict[str, Any]] = {}
     vectors: dict[str, list[float]] = {}
     failures: list[str] = []
     for index, config in enumerate(configs, 1):
@@ -213,7 +218,13 @@ def measure_all(
     return runs, facts, failures
 
 
-def meta(settings: Settings, run_id: str, started: float, load_before, failures) -> dict:
+def meta(
+    settings: Settings,
+    run_id: str,
+    started: float,
+    load_before: tuple[float, float, float],
+    failures: list[str],
+) -> dict[str, Any]:
     return {
         **run_meta(settings, run_id, started, load_before, failures),
         "cpu": settings.cpu,
@@ -221,7 +232,7 @@ def meta(settings: Settings, run_id: str, started: float, load_before, failures)
     }
 
 
-def run_embed(configs: list[Configuration], settings: Settings) -> tuple[dict, int]:
+def run_embed(configs: list[Configuration], settings: Settings) -> tuple[dict[str, Any], int]:
     """Measure every configuration; write the outputs; (the result, the exit status)."""
     run_id = uuid.uuid4().hex[:8]
     settings = replace(settings, out_dir=settings.out_dir.resolve())

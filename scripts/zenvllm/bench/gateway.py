@@ -20,10 +20,11 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from zenvllm.core import gate
 from zenvllm.core.errors import UserError
-from zenvllm.image import data, outputs, playbooks, shipped
+from zenvllm.deploy import data, outputs, playbooks, shipped
 from zenvllm.runtime.engine import DOCKER
 
 ANSIBLE_DIR = data.ANSIBLE
@@ -64,7 +65,7 @@ class Deployment:
     def site(self) -> Path:
         return self.site_dir / f"zenvllm-bench-{self.port}.conf"
 
-    def variables(self) -> dict:
+    def variables(self) -> dict[str, Any]:
         """deploy.yml's variables: a shared machine, so nothing host-wide is tuned."""
         etc = self.work / "etc"
         return {

@@ -23,16 +23,17 @@ import argparse
 import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
 from zenvllm.core import gate
-from zenvllm.image import data
+from zenvllm.deploy import data
 
 PLANNER, BASELINE = "auto", "stock"
 RECORDED = data.ROOT.parent.parent / "docs" / "bench"
 FIX = "run `zenvllm bench --configs stock,auto` into it again"
 
 
-def repeat_ratios(doc: dict, config: str = PLANNER) -> list[float]:
+def repeat_ratios(doc: dict[str, Any], config: str = PLANNER) -> list[float]:
     """The configuration's output tok/s over stock's, repeat by repeat."""
     by = {
         (r["config"], r["repeat"]): r["output_tok_s"]
@@ -43,7 +44,7 @@ def repeat_ratios(doc: dict, config: str = PLANNER) -> list[float]:
     return [by[config, n] / by[BASELINE, n] for n in repeats if (BASELINE, n) in by]
 
 
-def dtypes(meta: dict) -> tuple[str, str]:
+def dtypes(meta: dict[str, Any]) -> tuple[str, str]:
     """(stock's dtype, the plan's) in a run. Runs from before the bench recorded them ran
     on CPUs that compute bf16 (docs/benchmarks.md: a Xeon with AMX, Zen 4, Zen 5), where
     both served it."""
@@ -60,7 +61,7 @@ def sabotaged(stock_dtype: str, plan_dtype: str) -> str:
     return "auto-stock-bind" if stock_dtype == plan_dtype else "auto-stock-dtype"
 
 
-def comparable(doc: dict, model: str, cpus: int, pair: tuple[str, str]) -> bool:
+def comparable(doc: dict[str, Any], model: str, cpus: int, pair: tuple[str, str]) -> bool:
     meta = doc.get("meta", {})
     return (
         meta.get("model") == model
@@ -72,7 +73,10 @@ def comparable(doc: dict, model: str, cpus: int, pair: tuple[str, str]) -> bool:
 
 
 def floor(
-    recorded: list[dict], model: str, cpus: int, pair: tuple[str, str] = ("bfloat16", "bfloat16")
+    recorded: list[dict[str, Any]],
+    model: str,
+    cpus: int,
+    pair: tuple[str, str] = ("bfloat16", "bfloat16"),
 ) -> tuple[float, str] | None:
     """The lowest ratio any recorded repeat with stock and the plan in `pair`'s dtypes
     reached, less the spread of all of them (highest minus lowest, across runs and
@@ -91,7 +95,9 @@ def floor(
     return round(min(pooled) - spread, 3), basis
 
 
-def judge(doc: dict, recorded: list[dict], config: str = PLANNER) -> tuple[bool, str]:
+def judge(
+    doc: dict[str, Any], recorded: list[dict[str, Any]], config: str = PLANNER
+) -> tuple[bool, str]:
     """Whether this run's `config` keeps the planner's recorded advantage over stock, and
     the sentence that says so."""
     meta = doc["meta"]
@@ -115,11 +121,11 @@ def judge(doc: dict, recorded: list[dict], config: str = PLANNER) -> tuple[bool,
     )
 
 
-def read_result(path: Path) -> dict:
+def read_result(path: Path) -> dict[str, Any]:
     return gate.obj(gate.read_json(path, gate.DOCUMENT, FIX), str(path), FIX)
 
 
-def recorded_documents(where: Path = RECORDED) -> list[dict]:
+def recorded_documents(where: Path = RECORDED) -> list[dict[str, Any]]:
     """The recorded generation runs (an embedding run, `meta.kind: embed`, has no
     output tokens to guard)."""
     found = [read_result(p) for p in sorted(where.glob("*/results.json"))]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import urllib.request
+from typing import Any
 
 from zenvllm.core import gate
 
@@ -16,7 +17,7 @@ from zenvllm.core import gate
 def call(
     url: str,
     method: str = "GET",
-    body: dict | None = None,
+    body: dict[str, Any] | None = None,
     timeout: float = 5,
     limit: int = gate.DOCUMENT,
 ) -> bytes:
@@ -28,7 +29,7 @@ def call(
     if method == "POST":
         request.add_header("Content-Type", "application/json")
     with urllib.request.urlopen(request, timeout=timeout) as reply:
-        return reply.read(limit)
+        return bytes(reply.read(limit))
 
 
 def get_json(url: str, timeout: float = 5) -> object:
@@ -36,5 +37,5 @@ def get_json(url: str, timeout: float = 5) -> object:
     return gate.parse_json(gate.decode(call(url, timeout=timeout) or b"null", url, fix), url, fix)
 
 
-def post(url: str, body: dict | None = None, timeout: float = 300) -> bytes:
+def post(url: str, body: dict[str, Any] | None = None, timeout: float = 300) -> bytes:
     return call(url, "POST", body, timeout, limit=1 << 20)

@@ -15,7 +15,7 @@ from zenvllm.bench.workloads import Workload
 from zenvllm.core import compile_cache
 from zenvllm.core.container import Container, container_of
 from zenvllm.core.request import Request
-from zenvllm.image import data
+from zenvllm.deploy import data
 
 # The guide's example: lets vLLM bind memory (get_mempolicy, migrate_pages).
 STOCK_SECURITY = ("--cap-add", "SYS_NICE", "--security-opt", "seccomp=unconfined")

@@ -11,6 +11,7 @@ summaries, bench/report.py writes the files, bench/check.py checks them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from zenvllm.bench.catalogue import (
     QUICK_CONFIGS,
@@ -63,7 +64,7 @@ class Server:
         """The dtype vLLM serves in: its plan's on a planner layout, else its own --dtype."""
         return self.instance.dtype if self.instance else self.dtype
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "instance"}
 
 
@@ -94,7 +95,7 @@ class Configuration:
         cores = "/".join(str(n) for n in sizes)
         return f"{len(self.servers)} x {cores} CPU{'s' if sizes != [1] else ''}"
 
-    def signature(self) -> tuple:
+    def signature(self) -> tuple[Any, ...]:
         """What makes two configurations the same run: image and every container's placement."""
         return (
             self.kind,

@@ -35,7 +35,7 @@ def run_meta(
     started: float,
     load_before: tuple[float, float, float],
     failures: list[str],
-) -> dict:
+) -> dict[str, Any]:
     """What every bench's results say of their run: the run, the host, the model, the
     workload, the load and wall time as the runs end."""
     return {

@@ -13,6 +13,7 @@ import calendar
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from zenvllm.core import gate
 from zenvllm.core.errors import UserError
@@ -34,7 +35,7 @@ def label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def exposition(result: dict) -> str:
+def exposition(result: dict[str, Any]) -> str:
     """The result's summaries in Prometheus' text format, one series per configuration."""
     meta = result["meta"]
     common = f'model="{label(meta["model"])}",run_id="{label(str(meta["run_id"]))}"'
@@ -79,7 +80,7 @@ def check_metrics_file(path: Path) -> None:
             )
 
 
-def write_metrics_file(path: Path, result: dict) -> None:
+def write_metrics_file(path: Path, result: dict[str, Any]) -> None:
     """Replace the file in one rename (the collector never reads half of it)."""
     check_metrics_file(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")

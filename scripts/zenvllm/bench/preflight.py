@@ -14,7 +14,8 @@ from zenvllm.bench.embed_workload import EmbedWorkload
 from zenvllm.core import gate
 from zenvllm.core.errors import UserError
 from zenvllm.core.host import GIB, Host
-from zenvllm.image import outputs, render
+from zenvllm.deploy import outputs
+from zenvllm.image import render
 from zenvllm.runtime.engine import DOCKER
 
 

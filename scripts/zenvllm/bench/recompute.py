@@ -11,6 +11,7 @@ rules (bench/document.py), and every difference is a problem. A roofline share o
 from __future__ import annotations
 
 from dataclasses import MISSING, fields
+from typing import Any
 
 from zenvllm.bench import document, roofline
 from zenvllm.bench.layouts import Configuration
@@ -29,7 +30,7 @@ def close(a: object, b: object) -> bool:
     return a == b
 
 
-def derive(result: dict) -> dict:
+def derive(result: dict[str, Any]) -> dict[str, Any]:
     """summary, verdict, peers, weights and roofline from the document's raw runs."""
     configs: list[Configuration] = document.configs_from_dicts(result["configurations"])
     runs, batch1 = document.runs_of(result)
@@ -44,7 +45,9 @@ def says_nothing(field: str, value: object) -> bool:
     return value is None or (field in SILENT and value == SILENT[field])
 
 
-def row_problems(label: str, key: str, stored: list[dict], derived: list[dict]) -> list[str]:
+def row_problems(
+    label: str, key: str, stored: list[dict[str, Any]], derived: list[dict[str, Any]]
+) -> list[str]:
     """Rows keyed by `key`, every field derived again. A field the stored row lacks is
     fine when the derived value says nothing (None, or a default such as memory 0): a
     document written before that field existed."""
@@ -69,7 +72,9 @@ def row_problems(label: str, key: str, stored: list[dict], derived: list[dict]) 
     return problems
 
 
-def verdict_problems(stored: dict, derived: dict, before_peers: bool) -> list[str]:
+def verdict_problems(
+    stored: dict[str, Any], derived: dict[str, Any], before_peers: bool
+) -> list[str]:
     problems = []
     for key, value in derived.items():
         if key not in stored:
@@ -83,7 +88,7 @@ def verdict_problems(stored: dict, derived: dict, before_peers: bool) -> list[st
     return problems
 
 
-def over_problems(rows: list[dict], meta: dict) -> list[str]:
+def over_problems(rows: list[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
     """A share over 100% streams more than the cores can: the figure is wrong."""
     problems = []
     for r in rows:
@@ -98,7 +103,7 @@ def over_problems(rows: list[dict], meta: dict) -> list[str]:
     return problems
 
 
-def batch1_problems(result: dict) -> list[str]:
+def batch1_problems(result: dict[str, Any]) -> list[str]:
     """With batch1_prompts in the workload, every configuration that ran and has servers
     of its own made one batch-1 run of that many prompts, one at a time, every token."""
     w = result["meta"]["workload"]
@@ -130,7 +135,7 @@ def batch1_problems(result: dict) -> list[str]:
     return problems
 
 
-def problems(result: dict, derived: dict) -> list[str]:
+def problems(result: dict[str, Any], derived: dict[str, Any]) -> list[str]:
     """Every derived figure of the document against the same figure derived again
     (`derive(result)`)."""
     found = row_problems("summary", "config", result["summary"], derived["summary"])

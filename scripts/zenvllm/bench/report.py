@@ -11,6 +11,7 @@ import json
 from dataclasses import asdict, fields
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from zenvllm.bench.catalogue import ACCEPTANCE_RATIO, PLANNER, STOCK
 from zenvllm.bench.document import configs_from_dicts
@@ -18,7 +19,7 @@ from zenvllm.bench.layouts import Configuration
 from zenvllm.bench.results import Run, Summary
 from zenvllm.bench.roofline import OVER, cached_note, over, percent_text, roofline_table
 from zenvllm.core.errors import UserError
-from zenvllm.image.playbooks import BENCH_EXTRA
+from zenvllm.deploy.playbooks import BENCH_EXTRA
 
 # -- writers -----------------------------------------------------------------
 
@@ -75,7 +76,7 @@ def detail_table(summaries: list[Summary], configs: list[Configuration]) -> str:
     return "\n".join(lines)
 
 
-def markdown(result: dict) -> str:
+def markdown(result: dict[str, Any]) -> str:
     meta = result["meta"]
     summaries = [Summary(**s) for s in result["summary"]]
     configs = configs_from_dicts(result["configurations"])
@@ -111,7 +112,7 @@ def markdown(result: dict) -> str:
     return "\n".join(parts) + "\n"
 
 
-def ran_table(configs: list[dict]) -> str:
+def ran_table(configs: list[dict[str, Any]]) -> str:
     """What each configuration's first server ran, read back from it (bench/backend.py),
     and how long it took to be ready: its start and, for the planner, a restart."""
     lines = [
@@ -139,11 +140,11 @@ def ran_table(configs: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def ready(start: dict | None) -> str:
+def ready(start: dict[str, Any] | None) -> str:
     return f"{start['ready_s']:g} s ({start['compile_cache']})" if start else "-"
 
 
-def verdict_lines(v: dict) -> list[str]:
+def verdict_lines(v: dict[str, Any]) -> list[str]:
     """The verdict in words (check.py looks for them in table.md)."""
     met = "met" if v["meets_acceptance"] else "NOT met"
     lines = [
@@ -169,7 +170,7 @@ def verdict_lines(v: dict) -> list[str]:
     return lines
 
 
-def batch1_table(summaries: list[Summary], w: dict) -> str:
+def batch1_table(summaries: list[Summary], w: dict[str, Any]) -> str:
     """One request at a time against the throughput workload's latencies."""
     lines = [
         f"Batch 1: {w['batch1_prompts']} prompts one at a time to each configuration's "
@@ -191,7 +192,7 @@ def batch1_row(s: Summary) -> str:
     )
 
 
-def peers_table(rows: list[dict]) -> str:
+def peers_table(rows: list[dict[str, Any]]) -> str:
     """The planner's layout over each baseline and peer: quotients of the summary rows."""
     lines = [
         f"The planner's layout ({PLANNER}) against each peer (planner / peer; throughput "
@@ -206,7 +207,7 @@ def peers_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def weights_table(rows: list[dict]) -> str:
+def weights_table(rows: list[dict[str, Any]]) -> str:
     """Each other copy of the weights over the planner's layout on --model's."""
     lines = [
         f"Other weights of the same model, each with the planner's layout for it, against "
@@ -219,7 +220,7 @@ def weights_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def weights_row(r: dict) -> str:
+def weights_row(r: dict[str, Any]) -> str:
     memory = f"{r['memory']:.3f}x" if r["memory"] is not None else "n/a"
     return (
         f"| {r['weights']} | {r['output']:.3f}x | {r['ttft']:.3f}x | {r['tpot']:.3f}x | {memory} |"
@@ -229,7 +230,7 @@ def weights_row(r: dict) -> str:
 # -- plots -------------------------------------------------------------------
 
 
-def plot(result: dict, out_dir: Path) -> list[Path]:
+def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
     """throughput.png (median bars, min-max whiskers, the 1.3x line) and latency.png."""
     plt = pyplot()
     summaries = [Summary(**s) for s in result["summary"]]
@@ -320,7 +321,7 @@ def latency_plot(
     plt.close(fig)
 
 
-def write_outputs(result: dict, out_dir: Path, plots: bool = True) -> list[Path]:
+def write_outputs(result: dict[str, Any], out_dir: Path, plots: bool = True) -> list[Path]:
     """results.json, runs.csv, summary.csv, table.md and the PNGs into out_dir."""
     runs = [Run(**r) for r in (*result["runs"], *result.get("batch1", []))]
     summaries = [Summary(**s) for s in result["summary"]]

@@ -10,7 +10,7 @@ import re
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from zenvllm.bench.catalogue import ACCEPTANCE_RATIO, NEAR_BEST, PEER_KINDS, PLANNER, STOCK
 from zenvllm.bench.layouts import Configuration
@@ -46,7 +46,7 @@ class ClientResult:
     finished_at: float  # epoch seconds the file was written: the end of the measurement
 
 
-def parse_client_result(data: dict, source: str, finished_at: float) -> ClientResult:
+def parse_client_result(data: dict[str, Any], source: str, finished_at: float) -> ClientResult:
     missing = [k for k in RESULT_KEYS if k not in data]
     if missing:
         raise ValueError(f"{source}: not a `vllm bench serve` result, missing {', '.join(missing)}")
@@ -69,7 +69,7 @@ def parse_client_result(data: dict, source: str, finished_at: float) -> ClientRe
 
 
 def counted_by_server(
-    result: ClientResult, data: dict, source: str, server_tokens: int, output_len: int
+    result: ClientResult, data: dict[str, Any], source: str, server_tokens: int, output_len: int
 ) -> ClientResult:
     """A client result whose output tokens the server counted (llama.cpp's Prometheus
     counter): `vllm bench serve` re-tokenizes the text of a server whose last stream
@@ -140,8 +140,10 @@ def memory_mib(stats: str) -> int:
 
 
 class Timed(Protocol):
-    finished_at: float
-    duration_s: float
+    @property
+    def finished_at(self) -> float: ...
+    @property
+    def duration_s(self) -> float: ...
 
 
 def span_s(clients: Sequence[Timed]) -> float:
@@ -219,7 +221,7 @@ class Summary:
 
 
 def summarize(
-    runs: list[Run], configs: list[Configuration], batch1: list[Run] | tuple = ()
+    runs: list[Run], configs: list[Configuration], batch1: list[Run] | tuple[Run, ...] = ()
 ) -> list[Summary]:
     summaries = []
     for config in configs:
@@ -264,7 +266,7 @@ def median(values: Iterable[float], places: int) -> float | None:
     return round(statistics.median(values), places) if values else None
 
 
-def verdict(summaries: list[Summary], configs: list[Configuration]) -> dict:
+def verdict(summaries: list[Summary], configs: list[Configuration]) -> dict[str, Any]:
     """Does the planner's auto layout reach the acceptance ratio, and is it the best
     layout of its image the sweep found?"""
     by_name = {s.config: s for s in summaries}
@@ -321,7 +323,7 @@ def quotients(top: Summary, bottom: Summary) -> dict[str, float]:
     }
 
 
-def peer_ratios(summaries: list[Summary], configs: list[Configuration]) -> list[dict]:
+def peer_ratios(summaries: list[Summary], configs: list[Configuration]) -> list[dict[str, Any]]:
     """The planner's layout against each peer: throughput, TTFT and TPOT as quotients
     (planner / peer: above 1 is better for throughput, below 1 for latencies)."""
     kinds = {c.name: c for c in configs}
@@ -335,7 +337,7 @@ def peer_ratios(summaries: list[Summary], configs: list[Configuration]) -> list[
     ]
 
 
-def weight_ratios(summaries: list[Summary], configs: list[Configuration]) -> list[dict]:
+def weight_ratios(summaries: list[Summary], configs: list[Configuration]) -> list[dict[str, Any]]:
     """Each other copy of the weights (auto-<name>) against the planner's layout on
     --model's: throughput, TTFT, TPOT and memory as quotients (copy / bf16)."""
     copies = {c.name for c in configs if any(s.model_dir for s in c.servers)}

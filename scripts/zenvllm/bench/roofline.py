@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from typing import Any
 
 from zenvllm.bench.catalogue import GGUF_BYTES, PLANNER, SPLIT_KINDS
 from zenvllm.bench.layouts import Configuration, Server, cpu_ids
@@ -36,7 +37,7 @@ class Bandwidth:
     measured_by_bench: bool = False  # no usable calibration file: the bench measured them
     l3_bytes: int = 0  # the host's L3 caches together (0: unknown)
 
-    def meta(self) -> dict:
+    def meta(self) -> dict[str, Any]:
         """The result document's meta fields."""
         return {
             "core_bandwidth_gbs": self.core_busy_gbs,
@@ -77,10 +78,10 @@ def share(streamed: float, available: float) -> float:
 
 
 def roofline(
-    summaries: list,  # results.Summary
+    summaries: list[Any],  # results.Summary
     configs: list[Configuration],
-    meta: dict,
-) -> list[dict]:
+    meta: dict[str, Any],
+) -> list[dict[str, Any]]:
     """Per configuration: the weight bytes per second each instance streamed against what
     its cores can stream, as a percentage; with the throughput workload (median TPOT,
     every instance busy: cores x the every-core-busy figure, the mean instance) and at
@@ -125,7 +126,7 @@ def roofline(
     return rows
 
 
-def cached_note(meta: dict) -> str:
+def cached_note(meta: dict[str, Any]) -> str:
     """Why a run with a model and a bandwidth has no roofline rows; "" when it has them
     or that is not the reason."""
     weight_bytes, l3_bytes = meta.get("weight_bytes") or 0, meta.get("l3_bytes") or 0
@@ -142,7 +143,7 @@ def over(percent: float | None) -> bool:
     return percent is not None and percent > 100
 
 
-def batch1_verdict(rows: list[dict]) -> dict:
+def batch1_verdict(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Does the planner's layout stream BATCH1_GOAL% of its bandwidth at batch 1? Unknown
     (None) when its batch 1 was not measured or the share is impossible; nothing when
     no configuration has a batch-1 share."""
@@ -169,7 +170,7 @@ def number(value: float | None) -> str:
     return "n/a" if value is None else f"{value:g}"
 
 
-def roofline_row(r: dict, batch1: bool) -> str:
+def roofline_row(r: dict[str, Any], batch1: bool) -> str:
     """One row of the roofline table (check.py looks for it in table.md)."""
     cells = [r["config"], number(r["weight_gbs"]), number(r["bandwidth_gbs"])]
     cells.append(percent_text(r["percent"]))
@@ -179,11 +180,11 @@ def roofline_row(r: dict, batch1: bool) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def has_batch1(rows: list[dict]) -> bool:
+def has_batch1(rows: list[dict[str, Any]]) -> bool:
     return any(r.get("batch1_percent") is not None for r in rows)
 
 
-def roofline_table(rows: list[dict], meta: dict) -> str:
+def roofline_table(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     """Weight bytes each instance streamed per second against its cores' bandwidth; the
     batch-1 columns when batch 1 was measured."""
     batch1 = has_batch1(rows)

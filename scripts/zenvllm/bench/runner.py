@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from zenvllm.bench import (
     backend,
@@ -39,7 +40,7 @@ from zenvllm.bench.roofline import Bandwidth
 from zenvllm.bench.workloads import Workload
 from zenvllm.core import request
 from zenvllm.core.errors import UserError
-from zenvllm.image import outputs
+from zenvllm.deploy import outputs
 from zenvllm.runtime.engine import DOCKER
 from zenvllm.runtime.health import healthy
 
@@ -147,7 +148,7 @@ def measure(
     settings: Settings,
     raw: Path,
     run_id: str,
-    facts: dict[str, dict],
+    facts: dict[str, dict[str, Any]],
     setup: clients.ClientPool,
 ) -> tuple[list[Run], Run | str | None]:
     """Start a configuration, warm it up, run its repeats and batch 1 (with the run's
@@ -183,6 +184,7 @@ def measure(
                 f"TTFT {run.median_ttft_ms:.0f} ms, TPOT {run.median_tpot_ms:.1f} ms "
                 f"(load {load:.2f})"
             )
+        one: Run | str | None
         try:
             one = batch1(config, setup, endpoints, w, tag) if w.batch1_prompts else None
         except (RuntimeError, ValueError) as err:
@@ -229,7 +231,7 @@ def start_servers(
     raw: Path,
     run_id: str,
     tag: str,
-) -> dict:
+) -> dict[str, Any]:
     """Check every port is free before starting any server, so a clash is a clear error
     rather than a container that never turns healthy; then start them and wait: how
     long, and whether their compile cache was warm."""
@@ -322,7 +324,7 @@ def run_bench(
     configs: list[Configuration],
     settings: Settings,
     progress: Callable[[str], None] = say,
-) -> tuple[dict, int]:
+) -> tuple[dict[str, Any], int]:
     """Measure every configuration; write the outputs; return (result, exit status)."""
     run_id = uuid.uuid4().hex[:8]
     # docker -v needs an absolute path
@@ -337,7 +339,7 @@ def _measure_into(
     configs: list[Configuration],
     settings: Settings,
     progress: Callable[[str], None],
-) -> tuple[dict, int]:
+) -> tuple[dict[str, Any], int]:
     raw = staging / "raw"
     raw.mkdir()
     raw.chmod(0o777)  # the image's client runs as an unprivileged user and writes here
@@ -377,13 +379,13 @@ def _measure_each(
     run_id: str,
     progress: Callable[[str], None],
     setup: clients.ClientPool,
-) -> tuple[list[Run], list[Run], list[str], dict[str, dict]]:
+) -> tuple[list[Run], list[Run], list[str], dict[str, dict[str, Any]]]:
     """Every configuration in turn: (its runs, the batch-1 runs, the failures, what ran);
     a configuration that fails is a failure, the others still run."""
     runs: list[Run] = []
     batch1_runs: list[Run] = []
     failures: list[str] = []
-    facts: dict[str, dict] = {}
+    facts: dict[str, dict[str, Any]] = {}
     for index, config in enumerate(configs, 1):
         try:
             mine, one = measure(index, len(configs), config, settings, raw, run_id, facts, setup)
@@ -407,7 +409,7 @@ def _meta(
     started: float,
     load_before: tuple[float, float, float],
     failures: list[str],
-) -> dict:
+) -> dict[str, Any]:
     """The results' meta: the run, the host, the model, the workload; the load and wall
     time as the runs end."""
     return {

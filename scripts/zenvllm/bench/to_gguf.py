@@ -17,6 +17,7 @@ import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import gguf
 import numpy as np
@@ -85,7 +86,7 @@ def unrotate(w: np.ndarray, heads: int) -> np.ndarray:
     )
 
 
-def tokenizer_fields(model_dir: Path, cfg: dict) -> dict:
+def tokenizer_fields(model_dir: Path, cfg: dict[str, Any]) -> dict[str, Any]:
     where = model_dir / "tokenizer.json"
     fix = "fix or re-download the model's tokenizer.json"
     tok = gate.obj(gate.read_json(where, gate.DOCUMENT, fix), str(where), fix)

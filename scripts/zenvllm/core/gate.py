@@ -29,7 +29,7 @@ import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Literal, overload
 
 from zenvllm.core.errors import UserError
 
@@ -86,6 +86,10 @@ def regular(path: Path, fix: str) -> Iterator[tuple[BinaryIO, int]]:
         yield f, st.st_size
 
 
+@overload
+def read_bytes(path: Path, cap: int, fix: str, optional: Literal[False] = False) -> bytes: ...
+@overload
+def read_bytes(path: Path, cap: int, fix: str, optional: bool) -> bytes | None: ...
 def read_bytes(path: Path, cap: int, fix: str, optional: bool = False) -> bytes | None:
     """At most `cap` bytes of a regular file; more is refused. `optional`: a missing or
     unreadable file is None (sysfs attributes vary by kernel and VM)."""
@@ -131,6 +135,10 @@ def decode(data: bytes, source: str, fix: str) -> str:
         ) from None
 
 
+@overload
+def read_text(path: Path, cap: int, fix: str, optional: Literal[False] = False) -> str: ...
+@overload
+def read_text(path: Path, cap: int, fix: str, optional: bool) -> str | None: ...
 def read_text(path: Path, cap: int, fix: str, optional: bool = False) -> str | None:
     data = read_bytes(path, cap, fix, optional)
     return None if data is None else decode(data, str(path), fix)

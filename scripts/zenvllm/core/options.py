@@ -1,6 +1,6 @@
 """One option of a request: its Spec (type, limits, one line of help), its kind, and
 the check of a value of each kind through the gate. core/request.py declares the
-request's options with `option`; image/role_vars.py every role's own with Spec.
+request's options with `option`; deploy/role_vars.py every role's own with Spec.
 Pure; standard library only."""
 
 from __future__ import annotations

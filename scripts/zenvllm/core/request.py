@@ -3,7 +3,7 @@
 `Request` holds each option with its type (its default's), its default, its limits and
 one line of help (core/options.py's `Spec`, in the field's metadata). `zenvllm plan`'s
 flags are made from it (runtime/commands_plan.py), and so is the instances role's view of it
-(image/role_instances.py: each option under its role name with the role's own defaults,
+(deploy/role_instances.py: each option under its role name with the role's own defaults,
 plus the options only the role uses), from which `python -m zenvllm.reference` writes
 the role's defaults, argument specs and request template and the variable reference.
 The role hands the planner the request as one JSON value (`zenvllm plan --request

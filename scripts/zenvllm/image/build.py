@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from zenvllm.core import gate
 from zenvllm.core.errors import UserError
@@ -42,7 +43,7 @@ class Engine:
         return "BuildKit" if self.buildkit else "legacy builder"
 
 
-def _run(argv: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
+def _run(argv: list[str], env: dict[str, Any] | None = None) -> subprocess.CompletedProcess[str]:
     return Cli(argv[0], env).run(*argv[1:], timeout=None)
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from zenvllm.core.topology import read_host
-from zenvllm.image import baseimage, build, outputs, peers, provenance, push, render
+from zenvllm.deploy import outputs
+from zenvllm.image import baseimage, build, peers, provenance, push, render
 
 
 def _path(value: str | None) -> Path | None:
@@ -80,11 +81,11 @@ def options_in(values: dict[str, Any]) -> RenderOptions:
     return RenderOptions(**{f.name: values[f.name] for f in fields(RenderOptions)})
 
 
-def base_of(options: RenderOptions, config: dict) -> str:
+def base_of(options: RenderOptions, config: dict[str, Any]) -> str:
     return options.base_image or config["defaults"]["base_image"]
 
 
-def request_of(options: RenderOptions, buildkit: bool, config: dict) -> render.Request:
+def request_of(options: RenderOptions, buildkit: bool, config: dict[str, Any]) -> render.Request:
     peer = peers.is_peer(config, options.target)
     origin = provenance.origin(base_of(options, config), peer=peer)
     return render.Request(
@@ -100,7 +101,7 @@ def request_of(options: RenderOptions, buildkit: bool, config: dict) -> render.R
     )
 
 
-def context_of(config: dict, request: render.Request) -> render.Context:
+def context_of(config: dict[str, Any], request: render.Request) -> render.Context:
     """A target's context, or a peer's (compiled for the CPU of this machine)."""
     if peers.is_peer(config, request.target):
         return peers.render_peer(config, request, peers.cpu_key(read_host().flags))
@@ -152,7 +153,7 @@ def run_build(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("render", help="write a target's build context (Dockerfile etc.)")
     add_render_options(p)
     p.add_argument("--output", required=True, type=Path, help="the context directory to write")

@@ -8,6 +8,8 @@ names the pin, what it needs, and the range the matrix does support.
 
 from __future__ import annotations
 
+from typing import Any
+
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
@@ -33,11 +35,11 @@ def contains(specifier: str, version: Version) -> bool:
     return spec(specifier).contains(version, prereleases=True)
 
 
-def row_for(matrix: dict, name: str, version: Version) -> dict | None:
+def row_for(matrix: dict[str, Any], name: str, version: Version) -> dict[str, Any] | None:
     return next((r for r in matrix.get(name, []) if contains(r["versions"], version)), None)
 
 
-def broken_needs(row: dict, pins: dict[str, str]) -> list[tuple[str, str, str]]:
+def broken_needs(row: dict[str, Any], pins: dict[str, str]) -> list[tuple[str, str, str]]:
     """(package, needed spec, pinned version) for each need the other pins break."""
     broken = []
     for other, needed in (row.get("needs") or {}).items():
@@ -46,21 +48,21 @@ def broken_needs(row: dict, pins: dict[str, str]) -> list[tuple[str, str, str]]:
     return broken
 
 
-def supported(matrix: dict, name: str, pins: dict[str, str]) -> list[dict]:
+def supported(matrix: dict[str, Any], name: str, pins: dict[str, str]) -> list[dict[str, Any]]:
     """Rows of `name` whose needs the other pins satisfy."""
     return [r for r in matrix.get(name, []) if not broken_needs(r, pins)]
 
 
-def _ranges(rows: list[dict]) -> str:
+def _ranges(rows: list[dict[str, Any]]) -> str:
     return " or ".join(f"{r['versions']}" for r in rows) or "none"
 
 
-def check(matrix: dict, pins: dict[str, str]) -> dict[str, dict]:
+def check(matrix: dict[str, Any], pins: dict[str, str]) -> dict[str, dict[str, Any]]:
     """Return the matrix row of every pin, or raise ConfigError naming the fix.
 
     Only packages the matrix knows are checked; `pins` holds just the image's own.
     """
-    rows: dict[str, dict] = {}
+    rows: dict[str, dict[str, Any]] = {}
     for name, text in pins.items():
         if name not in matrix:
             continue

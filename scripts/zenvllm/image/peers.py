@@ -12,6 +12,7 @@ stack's (pins.torch), from the wheelhouse as the targets take it.
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import jinja2
 
@@ -21,7 +22,7 @@ from zenvllm.image import render
 LABEL_PREFIX = render.LABEL_PREFIX
 
 
-def is_peer(config: dict, target: str) -> bool:
+def is_peer(config: dict[str, Any], target: str) -> bool:
     return target in config.get("peers", {})
 
 
@@ -30,12 +31,12 @@ def cpu_key(flags: frozenset[str]) -> str:
     return hashlib.sha256(" ".join(sorted(flags)).encode()).hexdigest()[:10]
 
 
-def default_tag(config: dict, name: str, cpu: str) -> str:
+def default_tag(config: dict[str, Any], name: str, cpu: str) -> str:
     peer = config["peers"][name]
-    return peer["tag"].format(version=peer["version"], cpu=cpu)
+    return str(peer["tag"]).format(version=peer["version"], cpu=cpu)
 
 
-def labels(peer: dict, name: str, cpu: str, origin: dict[str, str]) -> dict[str, str]:
+def labels(peer: dict[str, Any], name: str, cpu: str, origin: dict[str, str]) -> dict[str, str]:
     return {
         **origin,
         "org.opencontainers.image.title": f"zenvllm peer {name}",
@@ -49,7 +50,7 @@ def labels(peer: dict, name: str, cpu: str, origin: dict[str, str]) -> dict[str,
     }
 
 
-def render_peer(config: dict, request: render.Request, cpu: str) -> render.Context:
+def render_peer(config: dict[str, Any], request: render.Request, cpu: str) -> render.Context:
     """A peer's build context, decided; nothing written. `cpu` is cpu_key() of the
     machine that builds it."""
     name = request.target

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from zenvllm import SHIPPED_LAYERS, __version__
 from zenvllm.core.errors import UserError
-from zenvllm.image import data
+from zenvllm.deploy import data
 
 PROJECT_URL = "https://github.com/zenvllm/zenvllm"
 LICENSE = "Apache-2.0"

@@ -12,6 +12,7 @@ import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import jinja2
 import yaml
@@ -19,7 +20,8 @@ import yaml
 from zenvllm.core import compile_cache, gate
 from zenvllm.core.errors import ConfigError, UserError
 from zenvllm.core.targets import TARGETS
-from zenvllm.image import data, matrix, outputs, shipped
+from zenvllm.deploy import data, outputs, shipped
+from zenvllm.image import matrix
 from zenvllm.runtime import amx
 
 SOURCES = ("wheel", "source")
@@ -46,8 +48,8 @@ class Resolved:
     target: str
     source: str
     pins: dict[str, str]  # every pin that applies to this image
-    rows: dict[str, dict]  # the matrix row each pin fell in
-    spec: dict  # the target's section of build.yaml
+    rows: dict[str, dict[str, Any]]  # the matrix row each pin fell in
+    spec: dict[str, Any]  # the target's section of build.yaml
 
 
 @dataclass(frozen=True)
@@ -61,12 +63,15 @@ class Context:
     copies: dict[str, Path] = field(default_factory=dict)  # relative path -> source file
 
 
-def load_config(path: Path | None = None) -> dict:
+def load_config(path: Path | None = None) -> dict[str, Any]:
     path = path or data.BUILD_CONFIG
     try:
-        return yaml.safe_load(gate.read_text(path, gate.SMALL, "give zenvllm's own build.yaml"))
+        loaded = yaml.safe_load(gate.read_text(path, gate.SMALL, "give zenvllm's own build.yaml"))
     except yaml.YAMLError as err:
         raise ConfigError(f"cannot read the build configuration {path}: {err}") from err
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"the build configuration {path} is not a mapping")
+    return loaded
 
 
 def parse_pins(items: list[str] | None) -> dict[str, str]:
@@ -79,13 +84,15 @@ def parse_pins(items: list[str] | None) -> dict[str, str]:
     return pins
 
 
-def image_pin_names(spec: dict) -> list[str]:
+def image_pin_names(spec: dict[str, Any]) -> list[str]:
     # Pins of packages an image does not contain are not its business.
     base = ["python", "vllm", "torch", "intel-openmp", "uv"]
     return base + [p for p in spec.get("packages", []) if p not in base]
 
 
-def resolve(config: dict, target: str, overrides: dict[str, str], source: str | None) -> Resolved:
+def resolve(
+    config: dict[str, Any], target: str, overrides: dict[str, str], source: str | None
+) -> Resolved:
     targets = config["targets"]
     if target not in targets:
         raise UserError(f"unknown target {target!r}; targets: {', '.join(targets)}")
@@ -112,11 +119,11 @@ def resolve(config: dict, target: str, overrides: dict[str, str], source: str | 
     return Resolved(target, source, pins, rows, spec)
 
 
-def default_tag(config: dict, resolved: Resolved) -> str:
-    return config["defaults"]["tag"].format(target=resolved.target, vllm=resolved.pins["vllm"])
+def default_tag(config: dict[str, Any], resolved: Resolved) -> str:
+    return str(config["defaults"]["tag"]).format(target=resolved.target, vllm=resolved.pins["vllm"])
 
 
-def vllm_sdist(config: dict, resolved: Resolved) -> dict[str, str]:
+def vllm_sdist(config: dict[str, Any], resolved: Resolved) -> dict[str, str]:
     """The vLLM project's own source distribution on PyPI, checked by its recorded hash."""
     version = resolved.pins["vllm"]
     sha256 = (config.get("vllm_sdists") or {}).get(version)
@@ -131,22 +138,23 @@ def vllm_sdist(config: dict, resolved: Resolved) -> dict[str, str]:
 
 
 def pip_name(resolved: Resolved, name: str) -> str:
-    return resolved.rows.get(name, {}).get("pip_name", name)
+    return str(resolved.rows.get(name, {}).get("pip_name", name))
 
 
 def requirement(resolved: Resolved, name: str) -> str:
     return f"{pip_name(resolved, name)}=={resolved.pins[name]}"
 
 
-def isa_label(config: dict, resolved: Resolved) -> str:
+def isa_label(config: dict[str, Any], resolved: Resolved) -> str:
+    isa: dict[str, str] = config["isa"]
     if resolved.source == "wheel":
-        return config["isa"]["wheel"]
+        return isa["wheel"]
     if resolved.rows["vllm"].get("source_isa_args"):
-        return config["isa"]["source_isa_args"]
-    return config["isa"]["source_runtime_dispatch"]
+        return isa["source_isa_args"]
+    return isa["source_runtime_dispatch"]
 
 
-def labels(config: dict, resolved: Resolved, origin: dict[str, str]) -> dict[str, str]:
+def labels(config: dict[str, Any], resolved: Resolved, origin: dict[str, str]) -> dict[str, str]:
     out = {
         **origin,
         "org.opencontainers.image.title": f"zenvllm {resolved.target}",
@@ -161,12 +169,12 @@ def labels(config: dict, resolved: Resolved, origin: dict[str, str]) -> dict[str
     return out
 
 
-def preload_paths(config: dict) -> list[str]:
+def preload_paths(config: dict[str, Any]) -> list[str]:
     venv = config["defaults"]["venv"]
     return [p["path"].format(venv=venv) for p in config["preload"]]
 
 
-def image_manifest(config: dict, resolved: Resolved) -> dict:
+def image_manifest(config: dict[str, Any], resolved: Resolved) -> dict[str, Any]:
     """/etc/zenvllm/image.json: what the launcher (stdlib only) knows of its image."""
     return {
         "target": resolved.target,
@@ -188,7 +196,7 @@ def constraints(resolved: Resolved) -> str:
     return "\n".join(lines) + "\n"
 
 
-def overrides_txt(config: dict) -> str:
+def overrides_txt(config: dict[str, Any]) -> str:
     # uv overrides: a marker that is never true keeps a dependency out entirely.
     return "".join(f"{name}; sys_platform == 'never'\n" for name in config["drop"])
 
@@ -220,8 +228,12 @@ def shell_words(items: list[str], indent: int = 8) -> str:
 
 
 def template_vars(
-    config: dict, resolved: Resolved, request: Request, has_certs: bool, image_labels: dict
-) -> dict:
+    config: dict[str, Any],
+    resolved: Resolved,
+    request: Request,
+    has_certs: bool,
+    image_labels: dict[str, Any],
+) -> dict[str, Any]:
     d = config["defaults"]
     vllm_row = resolved.rows["vllm"]
     use_index = request.wheelhouse is None
@@ -272,7 +284,7 @@ def gather(directory: Path | None, patterns: tuple[str, ...], what: str) -> list
     return found
 
 
-def render(config: dict, request: Request) -> Context:
+def render(config: dict[str, Any], request: Request) -> Context:
     """Everything the build context holds, decided; nothing written."""
     resolved = resolve(config, request.target, request.pins, request.source)
     wheels = gather(request.wheelhouse, ("*.whl",), "wheelhouse")

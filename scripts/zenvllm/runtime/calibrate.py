@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from zenvllm.core import gate
 from zenvllm.core.calibration import DEFAULT_PATH, Calibration, NodeFigure, StepFigure, parse
@@ -192,7 +192,5 @@ def read(path: Path | None, live: bool) -> tuple[Calibration | None, str]:
         if not live or not Path(DEFAULT_PATH).is_file():
             return None, ""
         path = Path(DEFAULT_PATH)
-    text = cast(
-        str, gate.read_text(path, gate.SMALL, "give --calibration a file `zenvllm calibrate` wrote")
-    )
+    text = gate.read_text(path, gate.SMALL, "give --calibration a file `zenvllm calibrate` wrote")
     return parse(text, str(path)), str(path)

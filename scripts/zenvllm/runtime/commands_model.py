@@ -16,7 +16,6 @@ import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import cast
 
 from zenvllm.core import gate, modelfiles
 from zenvllm.core.modelfiles import Files, Steps
@@ -29,7 +28,7 @@ def wanted(args: argparse.Namespace) -> Files:
         return modelfiles.parse_manifest(text, "the manifest on stdin")
     path = Path(args.manifest)
     return modelfiles.parse_manifest(
-        cast(str, gate.read_text(path, gate.DOCUMENT, modelfiles.MANIFEST_FIX)), str(path)
+        gate.read_text(path, gate.DOCUMENT, modelfiles.MANIFEST_FIX), str(path)
     )
 
 

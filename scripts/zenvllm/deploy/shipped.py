@@ -7,7 +7,7 @@ Ansible collection carries in its instances role and runs with
 byte-for-byte the same for the same sources (fixed order, times and modes), so a
 re-run of the play copies nothing.
 
-    python -m zenvllm.image.shipped DEST.pyz
+    python -m zenvllm.deploy.shipped DEST.pyz
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 from zenvllm import SHIPPED_LAYERS, __version__
 from zenvllm.core import gate
 from zenvllm.core.errors import UserError
-from zenvllm.image import data
+from zenvllm.deploy import data
 from zenvllm.runtime.atomic import write_atomically
 
 # The first lines of the file: ownership is proven by content (Ansible reads them
@@ -80,7 +80,7 @@ def is_ours(path: Path) -> bool:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m zenvllm.image.shipped DEST.pyz", file=sys.stderr)
+        print("usage: python -m zenvllm.deploy.shipped DEST.pyz", file=sys.stderr)
         return 2
     print(write_zipapp(Path(argv[0])))
     return 0

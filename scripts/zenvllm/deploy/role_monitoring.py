@@ -4,7 +4,7 @@ reference.py writes the role's defaults and argument specs from ROLE."""
 
 from __future__ import annotations
 
-from zenvllm.image.role_vars import Role, own, state
+from zenvllm.deploy.role_vars import Role, own, state
 
 PACKAGES, PROMETHEUS, TARGETS = "Packages", "Prometheus", "Targets"
 THRESHOLDS, ALERTMANAGER = "Alert thresholds", "Alertmanager"
@@ -282,7 +282,7 @@ VARIABLES = (
 
 ROLE = Role(
     "zenvllm_monitoring",
-    "scripts/zenvllm/image/role_monitoring.py",
+    "scripts/zenvllm/deploy/role_monitoring.py",
     "Prometheus and Alertmanager for a zenvllm fleet, with rules and a Grafana dashboard",
     (
         "Debian's prometheus on the host of the zenvllm_monitoring group, scraping every "

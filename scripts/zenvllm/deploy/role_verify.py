@@ -4,7 +4,7 @@ ROLE."""
 
 from __future__ import annotations
 
-from zenvllm.image.role_vars import Role, own, state
+from zenvllm.deploy.role_vars import Role, own, state
 
 CHECKS = "Checks"
 
@@ -110,7 +110,7 @@ VARIABLES = (
 
 ROLE = Role(
     "zenvllm_verify",
-    "scripts/zenvllm/image/role_verify.py",
+    "scripts/zenvllm/deploy/role_verify.py",
     "Wait for every instance's /health and send a real completion through the gateway",
     (
         "Variables of the zenvllm_verify role; its README.md and docs/reference/variables.md "

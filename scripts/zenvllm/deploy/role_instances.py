@@ -11,7 +11,7 @@ paths of its files, the checks and the rollout), which a request refuses as it r
 any name that is not one of its fields. VARIABLES lists them all in the role's order;
 reference.py writes from ROLE the role's `defaults/main.yml`, `meta/argument_specs.yml`
 and `templates/request.json.j2` (which sends the planner only the request's options)
-and the variable reference. Variable and `own` are every role's (image/role_vars.py).
+and the variable reference. Variable and `own` are every role's (deploy/role_vars.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 from zenvllm.core import request, revisions
 from zenvllm.core.request import DEPLOY, HOST, MODEL, PATHS, SUPERVISE
-from zenvllm.image.role_vars import ROLLOUT, Role, Variable, own
+from zenvllm.deploy.role_vars import ROLLOUT, Role, Variable, own
 
 ROLE_PREFIX = "zenvllm_instances_"
 SECRETS, CHECKS = "Secrets", "Checks after launch"
@@ -310,7 +310,7 @@ VARIABLES = (
 
 ROLE = Role(
     "zenvllm_instances",
-    "scripts/zenvllm/core/request.py and scripts/zenvllm/image/role_instances.py",
+    "scripts/zenvllm/core/request.py and scripts/zenvllm/deploy/role_instances.py",
     "Plan vLLM instances with the zenvllm planner and run each as a supervised container",
     ("docs/reference/variables.md lists the variables with their defaults.",),
     VARIABLES,

@@ -4,7 +4,7 @@ argument specs from ROLE."""
 
 from __future__ import annotations
 
-from zenvllm.image.role_vars import Role, own, state
+from zenvllm.deploy.role_vars import Role, own, state
 
 NGINX, MODELS, HEALTH = "nginx", "Several models", "Health and retries"
 KEYS, TLS, LIMITS, SITE = "Client keys", "TLS", "Limits per key", "The site"
@@ -330,7 +330,7 @@ VARIABLES = (
 
 ROLE = Role(
     "zenvllm_gateway",
-    "scripts/zenvllm/image/role_gateway.py",
+    "scripts/zenvllm/deploy/role_gateway.py",
     "Debian's nginx as the load balancer in front of the zenvllm instances",
     (
         "Variables of the zenvllm_gateway role; its README.md and docs/reference/variables.md "

@@ -4,7 +4,7 @@ role's defaults and argument specs from ROLE."""
 
 from __future__ import annotations
 
-from zenvllm.image.role_vars import Role, own, state
+from zenvllm.deploy.role_vars import Role, own, state
 
 INSTALL, UNIT, WORKERS = "Installation", "The unit and its listeners", "Workers"
 ROUTING, HEALTH, SYSTEMD = "Routing", "Health checks and retries", "systemd"
@@ -208,7 +208,7 @@ VARIABLES = (
 
 ROLE = Role(
     "zenvllm_router",
-    "scripts/zenvllm/image/role_router.py",
+    "scripts/zenvllm/deploy/role_router.py",
     "vLLM's router in front of every zenvllm instance of every host",
     (
         "Runs vllm-router (pinned in dockerfiles/build.yaml) under systemd on the hosts of the "

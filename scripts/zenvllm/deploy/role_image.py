@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from zenvllm.core import request
 from zenvllm.core.targets import TARGETS
-from zenvllm.image.role_vars import Role, own, state
+from zenvllm.deploy.role_vars import Role, own, state
 
 IMAGE = "The image"
 BUILD = "source=build: the command and the image target"
@@ -157,7 +157,7 @@ VARIABLES = (
 
 ROLE = Role(
     "zenvllm_image",
-    "scripts/zenvllm/image/role_image.py",
+    "scripts/zenvllm/deploy/role_image.py",
     "Deliver the zenvllm image to a host",
     (
         "Variables of the zenvllm_image role; its README.md and docs/reference/variables.md "

@@ -4,7 +4,7 @@ specs from ROLE."""
 
 from __future__ import annotations
 
-from zenvllm.image.role_vars import Role, own, state
+from zenvllm.deploy.role_vars import Role, own, state
 
 ENGINE, PACKAGES, SYSCTLS, SHM = "Container engine", "Packages", "Kernel settings", "/dev/shm"
 
@@ -104,7 +104,7 @@ VARIABLES = (
 
 ROLE = Role(
     "zenvllm_host",
-    "scripts/zenvllm/image/role_host.py",
+    "scripts/zenvllm/deploy/role_host.py",
     "Prepare a host for zenvllm instances",
     (
         "Variables of the zenvllm_host role; its README.md and docs/reference/variables.md "

@@ -5,8 +5,8 @@ from which reference.py writes the role's `defaults/main.yml` and
 A Variable is `<role>_<name>`; its default is a value, a playbook-wide variable's
 (`inherit`, e.g. `zenvllm_state`) or a Jinja expression over the inventory
 (`role_default`). The instances role's are the deployment request's options under its
-names (image/role_instances.py, with `asked`) plus its own; every other role has only
-its own (`own`), in image/role_<name>.py. Nothing here runs on a host.
+names (deploy/role_instances.py, with `asked`) plus its own; every other role has only
+its own (`own`), in deploy/role_<name>.py. Nothing here runs on a host.
 """
 
 from __future__ import annotations

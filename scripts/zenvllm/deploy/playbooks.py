@@ -18,7 +18,7 @@ from pathlib import Path
 
 from zenvllm import __version__
 from zenvllm.core.errors import UserError
-from zenvllm.image import data
+from zenvllm.deploy import data
 
 # Nothing is on PyPI under zenvllm's name yet: the wheel comes from `make package`.
 WHEEL = f"dist/zenvllm-{__version__}-py3-none-any.whl"
