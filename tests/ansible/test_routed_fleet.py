@@ -1152,6 +1152,32 @@ def test_a_copy_cut_over_both_hosts_serves_at_its_head_and_heals(fleet):
     assert "the pipeline group broke" in head_log, head_log[-3000:]
     assert result.ok > 0
 
+    # The worker's vLLM hangs (stopped; its launcher runs on): the head's step timeout
+    # ends the head, which leaves the router; the worker's launcher sees the store's
+    # connections close and kills its stopped vLLM; the group forms again by itself.
+    fleet.wait_router(True, [head], timeout=600)
+    load = fleet.load(100_000, concurrency=2, pause=0.5, judged=True)
+    try:
+        load.wait_for(6)
+        hung = time.monotonic()
+        os.killpg(engine.vllm_of(worker), signal.SIGSTOP)
+        fleet.wait_router(False, [head], timeout=STEP_TIMEOUT + 60)
+        out = time.monotonic() - hung
+        fleet.wait_router(True, [head], timeout=600)
+        healed = time.monotonic() - hung
+        after = greedy(fleet)
+    finally:
+        load.stop()
+    result = load.join()
+    print(
+        f"pipeline worker hung: the head left the router {out:.0f} s after (step timeout "
+        f"{STEP_TIMEOUT} s), back {healed:.0f} s after; {result.summary()}"
+    )
+    assert after == before
+    assert "WrongAnswer" not in result.errors and result.slowest < STEP_TIMEOUT + 40, (
+        result.summary()
+    )
+
     # This machine drops every packet of the head's host but the gateway's and ssh's,
     # silently (no reset): the group's connections stay up, so the head notices by its
     # step timeout and leaves the router; the worker, hearing nothing of its head, leaves

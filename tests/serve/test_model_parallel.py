@@ -174,14 +174,6 @@ def restarts(name: str) -> int:
     return int(engine.docker("inspect", "-f", "{{.RestartCount}}", name).stdout.strip())
 
 
-def vllm_of(name: str) -> int:
-    """The process group of a container's vLLM: its launcher's (PID 1) child."""
-    launcher = engine.docker("inspect", "-f", "{{.State.Pid}}", name).stdout.strip()
-    children = Path(f"/proc/{launcher}/task/{launcher}/children").read_text().split()
-    (child,) = children
-    return int(child)
-
-
 def test_a_copy_cut_into_two_stages_answers_as_the_whole_copy_and_heals(image, whole, tmp_path):
     host = read_host(Path("/"))
     require(len(os.sched_getaffinity(0)) >= 2, "two hosts of one core need two CPUs")
@@ -260,7 +252,7 @@ def test_a_copy_cut_into_two_stages_answers_as_the_whole_copy_and_heals(image, w
         engine.wait_for(lambda: load.right >= 3, 300, "answers under load", head.name)
         restarted = restarts(head.name)
         hung, before = time.monotonic(), load.right
-        os.killpg(vllm_of(worker.name), signal.SIGSTOP)
+        os.killpg(engine.vllm_of(worker.name), signal.SIGSTOP)
         bound = STEP_TIMEOUT + 60  # the timeout, vLLM's ending and the engine's restart
         engine.wait_for(lambda: restarts(head.name) > restarted, bound, "its end", head.name)
         out = time.monotonic() - hung

@@ -238,6 +238,14 @@ def logs(name: str) -> str:
     return done.stdout + done.stderr
 
 
+def vllm_of(name: str) -> int:
+    """The process group of a container's vLLM: its launcher's (the container's PID 1)
+    one child, which runs in a group of its own (runtime/group.py)."""
+    launcher = docker("inspect", "-f", "{{.State.Pid}}", name).stdout.strip()
+    (child,) = Path(f"/proc/{launcher}/task/{launcher}/children").read_text().split()
+    return int(child)
+
+
 def running(name: str) -> bool:
     done = docker("inspect", "--format", "{{.State.Running}}", name, check=False)
     return done.stdout.strip() == "true"
