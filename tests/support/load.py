@@ -28,6 +28,7 @@ class LoadResult:
     errors: Counter = field(default_factory=Counter)
     seconds: float = 0.0
     slowest: float = 0.0  # seconds of the longest request, answered or failed
+    failed_at: list[float] = field(default_factory=list)  # time.monotonic() of each failure
 
     def add(self, other: LoadResult) -> None:
         """Fold another run's counts into this one."""
@@ -37,6 +38,7 @@ class LoadResult:
         self.errors.update(other.errors)
         self.seconds += other.seconds
         self.slowest = max(self.slowest, other.slowest)
+        self.failed_at += other.failed_at
 
     def summary(self) -> str:
         errors = ", ".join(f"{k} x{v}" for k, v in self.errors.most_common()) or "none"
@@ -90,24 +92,13 @@ class WrongAnswer(ValueError):
 MARGIN = 1e-3
 
 
-def greedy_text(url: str, model: str, max_tokens: int, headers: dict, cafile: str | None) -> str:
-    """What every reply of the load must say: the model's greedy text for its prompt,
-    each of whose tokens wins by MARGIN or more (else no answer could be judged)."""
-    body = {"model": model, "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0}
-    request = urllib.request.Request(
-        f"{url}/v1/completions",
-        data=json.dumps(body | {"logprobs": 2}).encode(),
-        headers={"Content-Type": "application/json", **headers},
-    )
-    context = ssl.create_default_context(cafile=cafile) if url.startswith("https") else None
-    with urllib.request.urlopen(request, timeout=120, context=context) as response:
-        choice = json.load(response)["choices"][0]
-    leads = [
-        values[0] - values[1]
-        for values in (
-            sorted(top.values(), reverse=True) for top in choice["logprobs"]["top_logprobs"]
-        )
-    ]
+def greedy_text(reply: dict) -> str:
+    """What every reply of a judged load must say: the greedy text of a completion asked
+    with `logprobs: 2` for the load's prompt, each of whose tokens wins by MARGIN or more
+    (else no answer could be judged by it)."""
+    choice = reply["choices"][0]
+    tops = [sorted(top.values(), reverse=True) for top in choice["logprobs"]["top_logprobs"]]
+    leads = [values[0] - values[1] for values in tops]
     assert choice["text"] and min(leads) >= MARGIN, (
         f"the greedy answer to {PROMPT!r} wins a step by only {min(leads):.2e}: numerics could "
         f"flip it, so no answer can be judged by it (serve the model in float32)"
@@ -172,6 +163,7 @@ def run_load(
             else:
                 result.failed += 1
                 result.errors[outcome] += 1
+                result.failed_at.append(time.monotonic())
             if on_progress:
                 on_progress(result)
         if pause:
