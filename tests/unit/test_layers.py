@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import ast
+import importlib
 import io
 import json
 import re
@@ -19,6 +21,7 @@ from support import pythons
 from zenvllm import SHIPPED_LAYERS
 from zenvllm.core.errors import UserError
 from zenvllm.deploy import data, shipped
+from zenvllm.runtime import console
 
 PACKAGE = data.ROOT
 # Each layer may import the layers before it, never those after.
@@ -312,3 +315,30 @@ def test_core_names_no_ansible_variable(tmp_path):
         "HOSTS = \"{{ groups['zenvllm'] }}\"  # zenvllm_instances_hosts\n"
     )
     assert ansible_words(stray) == [(4, "groups["), (4, "zenvllm_instances_hosts"), (4, "{{")]
+
+
+def command_functions(parser: argparse.ArgumentParser) -> set[str]:
+    """module.name of every function a parser or its subparsers run (set_defaults(func=))."""
+    found = {f"{f.__module__}.{f.__qualname__}"} if (f := parser.get_default("func")) else set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found |= command_functions(sub)
+    return found
+
+
+def test_only_command_entry_points_take_a_namespace():
+    """argparse's Namespace stops at each command's entry point: every function that takes
+    one is a verb's `func`; the rest take typed arguments."""
+    loaded = [importlib.import_module(n) for n in modules() if not n.endswith("__main__")]
+    verbs = [module for module in loaded if hasattr(module, "register")]
+    entries = command_functions(console.build_parser(tuple(verbs), "zenvllm"))
+    assert len(entries) >= 15  # every verb of both command lines
+    takers = set()
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                annotations = [a.annotation for a in node.args.args + node.args.kwonlyargs]
+                if any(a is not None and "Namespace" in ast.unparse(a) for a in annotations):
+                    takers.add(f"{name}.{node.name}")
+    assert takers - entries == set()

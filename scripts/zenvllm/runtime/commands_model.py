@@ -22,11 +22,12 @@ from zenvllm.core.modelfiles import Files, Steps
 from zenvllm.runtime import modelsync
 
 
-def wanted(args: argparse.Namespace) -> Files:
-    if args.manifest == "-":
+def wanted(manifest: str) -> Files:
+    """The manifest the files must match: from a file, or from stdin for "-"."""
+    if manifest == "-":
         text = gate.read_stream(sys.stdin.buffer, gate.DOCUMENT, "stdin", modelfiles.MANIFEST_FIX)
         return modelfiles.parse_manifest(text, "the manifest on stdin")
-    path = Path(args.manifest)
+    path = Path(manifest)
     return modelfiles.parse_manifest(
         gate.read_text(path, gate.DOCUMENT, modelfiles.MANIFEST_FIX), str(path)
     )
@@ -44,7 +45,7 @@ def manifest(args: argparse.Namespace) -> int:
 
 
 def check(args: argparse.Namespace) -> int:
-    return report(modelsync.prepare(args.dir, wanted(args), args.dry_run), args.dry_run)
+    return report(modelsync.prepare(args.dir, wanted(args.manifest), args.dry_run), args.dry_run)
 
 
 def fetch(args: argparse.Namespace) -> int:
@@ -52,12 +53,14 @@ def fetch(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr, flush=True)
 
     token = os.environ.get("HF_TOKEN", "")
-    steps = modelsync.fetch(args.dir, wanted(args), args.url, token, args.dry_run, progress)
+    steps = modelsync.fetch(
+        args.dir, wanted(args.manifest), args.url, token, args.dry_run, progress
+    )
     return report(steps, args.dry_run)
 
 
 def verify(args: argparse.Namespace) -> int:
-    files = modelsync.verify(args.dir, wanted(args))
+    files = modelsync.verify(args.dir, wanted(args.manifest))
     print(json.dumps({"verified": True, "files": len(files), "changed": False}))
     return 0
 

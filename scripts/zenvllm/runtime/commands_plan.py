@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable, Mapping
-from dataclasses import replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -129,9 +129,17 @@ def staged_arg(text: str) -> tuple[str, str]:
     return absolute(where), staged
 
 
-def models_asked(args: argparse.Namespace) -> list[tuple[str, str]]:
+@dataclass(frozen=True)
+class Reading:
+    """What `zenvllm plan` reads besides the request: the copies staged in check mode
+    (--read-model DIR=STAGED) and the calibration file (--calibration)."""
+
+    staged: tuple[tuple[str, str], ...] = ()
+    calibration_file: Path | None = None
+
+
+def models_asked(given: Sequence[str]) -> list[tuple[str, str]]:
     """(served name, directory) per --model given as NAME=DIR; [] for one plain --model."""
-    given = getattr(args, "model_dir", None) or []
     named = [g.partition("=") for g in given]
     if len(given) == 1 and not (named[0][1] and NAME.fullmatch(named[0][0])):
         return []
@@ -145,20 +153,22 @@ def models_asked(args: argparse.Namespace) -> list[tuple[str, str]]:
     return [(n, absolute(d)) for n, _, d in named]
 
 
-def request_from(args: argparse.Namespace) -> Request:
-    """--request, with the flags given over it; supervisor auto decided as the role does
-    (systemd where it is PID 1 under --root)."""
-    base = request.from_json(args.request) if args.request else request.DEFAULT
-    given = {n: getattr(args, n) for n, s, _ in request.specs() if s.flag and hasattr(args, n)}
+def request_from(options: Mapping[str, Any]) -> Request:
+    """--request, with the flags given over it (`options`: the command line's values by
+    name); supervisor auto decided as the role does (systemd where it is PID 1 under
+    --root)."""
+    text = options.get("request")
+    base = request.from_json(text) if text else request.DEFAULT
+    given = {n: options[n] for n, s, _ in request.specs() if s.flag and n in options}
     if "model_dir" in given:  # one plain DIR, as before; several: NAME=DIR entries
         dirs = given.pop("model_dir")
-        named = models_asked(args)
+        named = models_asked(dirs or [])
         if named:
             given["models"] = tuple(f"{n}={d}" for n, d in named)
         else:
             given["model_dir"] = absolute(dirs[0])  # a path, "=" and all
-    if args.share:
-        given["shares"] = tuple(args.share)
+    if options.get("share"):
+        given["shares"] = tuple(options["share"])
     asked = request.several_checked(replace(base, **given), "zenvllm plan")
     if asked.supervisor == "auto":
         booted = asked.flavor or (Path(asked.sysfs_root) / "run/systemd/system").is_dir()
@@ -170,9 +180,9 @@ def host_from(asked: Request) -> Host:
     return synthetic_host(asked.flavor) if asked.flavor else read_host(Path(asked.sysfs_root))
 
 
-def staged_for(args: argparse.Namespace, dirs: list[str]) -> dict[str, str]:
+def staged_for(reading: Reading, dirs: list[str]) -> dict[str, str]:
     """--read-model's DIR -> STAGED, each DIR one of the request's model directories."""
-    staged = dict(args.read_model)
+    staged = dict(reading.staged)
     wanted = {absolute(d) for d in dirs}
     stray = sorted(set(staged) - wanted)
     if stray:
@@ -196,12 +206,12 @@ def model_from(asked: Request, staged: Mapping[str, str]) -> Model:
 
 
 def calibrated(
-    args: argparse.Namespace, asked: Request, host: Host
+    reading: Reading, asked: Request, host: Host
 ) -> Callable[[Request, Model], tuple[Policy, str]]:
     """The request's policy for a model with this host's calibration applied, and the
     warning when the calibration was ignored ("" when not)."""
     live = not asked.flavor and Path(asked.sysfs_root).resolve() == Path("/")
-    cal, source = calibrate.read(args.calibration, live)
+    cal, source = calibrate.read(reading.calibration_file, live)
     return lambda one, model: calibration.apply(Policy.of(one), cal, host, source, model)
 
 
@@ -209,10 +219,10 @@ def warned(plan: Plan, ignored: str) -> Plan:
     return replace(plan, warnings=(*plan.warnings, ignored)) if ignored else plan
 
 
-def plan_from(args: argparse.Namespace, asked: Request) -> Plan:
+def plan_from(asked: Request, reading: Reading) -> Plan:
     host = host_from(asked)
-    model = model_from(asked, staged_for(args, [asked.model_dir] if asked.model_dir else []))
-    policy, ignored = calibrated(args, asked, host)(asked, model)
+    model = model_from(asked, staged_for(reading, [asked.model_dir] if asked.model_dir else []))
+    policy, ignored = calibrated(reading, asked, host)(asked, model)
     return warned(make_plan(host, model, policy), ignored)
 
 
@@ -258,7 +268,7 @@ def secrets_from_env() -> str:
     return secrets_digest(secrets)
 
 
-def plans_from(args: argparse.Namespace, asked: Request) -> tuple[Host, list[tuple[Request, Plan]]]:
+def plans_from(asked: Request, reading: Reading) -> tuple[Host, list[tuple[Request, Plan]]]:
     """Several models on one host: each on its share (core/shares.py), its request the
     deployment's with its own directory and served name."""
     named = model_list.models_of(asked.models, "models")
@@ -274,9 +284,9 @@ def plans_from(args: argparse.Namespace, asked: Request) -> tuple[Host, list[tup
         )
         for n, d in named
     ]
-    staged = staged_for(args, [d for _, d in named])
+    staged = staged_for(reading, [d for _, d in named])
     models = [model_from(a, staged) for a in asks]
-    policy_of = calibrated(args, asked, host)
+    policy_of = calibrated(reading, asked, host)
     applied = [policy_of(a, m) for a, m in zip(asks, models, strict=True)]
     plans = plan_models(host, models, chosen, [policy for policy, _ in applied])
     pairs = zip(asks, plans, applied, strict=True)
@@ -284,15 +294,16 @@ def plans_from(args: argparse.Namespace, asked: Request) -> tuple[Host, list[tup
 
 
 def run(args: argparse.Namespace) -> int:
-    asked = request_from(args)
+    asked = request_from(vars(args))
+    reading = Reading(tuple(args.read_model), args.calibration)
     if asked.models:
-        host, planned = plans_from(args, asked)
+        host, planned = plans_from(asked, reading)
         if args.json:
             print(json.dumps(plan_doc.several(host, planned, secrets_from_env()), indent=2))
         else:
             print("\n\n".join(f"# {a.served_name}\n{render_table(p)}" for a, p in planned))
         return 0
-    plan = plan_from(args, asked)
+    plan = plan_from(asked, reading)
     if args.json:
         print(json.dumps(plan_doc.one(plan, asked, secrets_from_env()), indent=2))
     else:
