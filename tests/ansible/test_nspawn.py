@@ -550,7 +550,8 @@ def test_a_release_installed_as_written_upgrades_the_operators_deployment(
     - collection.md's two blocks as written install this release (a venv with the wheel
       and its deploy extra from PyPI, the collection over the old one, `zenvllm doctor`)
       and deploy it from the registry, while a client calls through the gateway: no
-      call fails, the host runs this release's planner, and its revision says so;
+      call fails, the host runs this release's planner, and as it plans the host as the
+      last release did, the instance is not restarted and the revision stays;
     - the collection's own playbook then removes it all but the image, and root's own
       Docker login was never touched."""
     machines, inventory, variables = hosts
@@ -635,7 +636,9 @@ def test_a_release_installed_as_written_upgrades_the_operators_deployment(
         assert not host.file("/root/.docker/config.json").exists
         again = operator("site.yml", given)
         assert again.rc == 0 and again.changed() == 0, changed_tasks(again.output)
-        assert f"zenvllm {PREVIOUS}" in deployed_revision(host)
+        revision = deployed_revision(host)
+        assert f"zenvllm {PREVIOUS}" in revision
+        started = host.check_output("docker inspect --format '{{.Id}}' zenvllm-0")
 
         gateway = f"https://{machines[0].address}/standin/env"
         key, cafile = gateway_key("zenvllm"), gateway_ca("zenvllm", FRESH)
@@ -662,7 +665,10 @@ def test_a_release_installed_as_written_upgrades_the_operators_deployment(
         assert host.file("/opt/zenvllm/lib/zenvllm.pyz").sha256sum == sha256_of(
             installed / "roles/zenvllm_instances/files/zenvllm.pyz"
         )
-        assert f"zenvllm {__version__}" in deployed_revision(host)
+        # This release plans the host as the last did: nothing is rolled out, so the
+        # instance keeps running and the host keeps the revision that put it there.
+        assert host.check_output("docker inspect --format '{{.Id}}' zenvllm-0") == started
+        assert deployed_revision(host) == revision
         assert host.run("curl -sf http://127.0.0.1:8001/health").rc == 0
 
         gone = operator("zenvllm.cpu.deploy", {**given, "zenvllm_state": "absent"})

@@ -55,7 +55,7 @@ from conftest import REPO, require, require_tool
 from support import engine, gateway, role_template
 from support.ansible_run import ANSIBLE_DIR, changed_tasks, planner_zipapp, playbook
 from support.embedding_model import ensure_embedding_model
-from support.load import PROMPT, BackgroundLoad, greedy_text
+from support.load import BackgroundLoad, greedy_text
 from support.tiny_model import ensure_tiny_model
 from support.wheels import router_wheelhouse
 
@@ -204,19 +204,6 @@ class Fleet:
                 rows[cells[0]] = cells
         return run, rows
 
-    def asked_at_the_head(self, max_tokens: int) -> dict:
-        """The load's prompt asked greedily, with each step's two best logprobs, of the
-        instance on the router host itself (vllm-router answers such a request with no
-        choices)."""
-        body = {"model": "tiny-llama", "prompt": PROMPT, "max_tokens": max_tokens}
-        body |= {"temperature": 0, "logprobs": 2}
-        done = self.ssh(
-            f"curl -sf http://{self.router_address}:{PORT}/v1/completions -H "
-            f"'Authorization: Bearer {SECRET}' -H 'Content-Type: application/json' "
-            f"-d '{json.dumps(body)}'"
-        )
-        return json.loads(done.stdout)
-
     def headers(self) -> dict:
         return {"Authorization": f"Bearer {gateway.key(DEPLOYMENT)}"}
 
@@ -257,8 +244,9 @@ class Fleet:
     ) -> BackgroundLoad:
         """Completions through the gateway; `judged`, each answer checked against the
         model's greedy text for the load's prompt, asked of the fleet first (as it serves
-        now: in float32, support/load.py's MARGIN says why)."""
-        expect = greedy_text(self.asked_at_the_head(16)) if judged else None
+        now: in float32, support/load.py's greedy_text says why)."""
+        headers, cafile = self.headers(), self.cafile()
+        expect = greedy_text(self.url, "tiny-llama", 16, headers, cafile) if judged else None
         return BackgroundLoad(
             self.url,
             "tiny-llama",
@@ -432,6 +420,7 @@ def fleet(tmp_path_factory):
             # tmpfs there, which a reboot empties (its instance then never came back).
             "zenvllm_model_dir": FLEET_A_MODEL_DIR,
         }
+        (work / "here").mkdir(exist_ok=True)  # the local host's own files go under it
         local = {
             "ansible_connection": "local",
             # Under the test's own directory: nothing of the machine's is touched.
@@ -447,6 +436,7 @@ def fleet(tmp_path_factory):
             # The gateway's files too: this host serves behind the router, and nothing of
             # the machine's default site and pair must be at stake (the tutorial's, beside
             # it in the other worker, lost both to the removal play once: CI, 60e39ff).
+            "zenvllm_host_sysctl_file": str(work / "here" / "sysctl.conf"),
             "zenvllm_gateway_site_path": str(work / "here" / "site.conf"),
             "zenvllm_gateway_tls_dir": str(work / "here" / "tls"),
             # The shared machine's kernel settings and packages stay as they are.
