@@ -1250,7 +1250,7 @@ def dropped_from(address: str, keep: tuple[int, ...]) -> Iterator[None]:
     ports = ", ".join(str(p) for p in keep)
     rules = (
         f"table inet {table} {{ chain input {{ type filter hook input priority -50; "
-        f"ip saddr {address} tcp sport != {{ {ports} }} drop; }} }}"
+        f"ip saddr {address} tcp sport != {{ {ports} }} drop; }}; }}"
     )
     subprocess.run(["nft", "-f", "-"], input=rules, text=True, check=True)
     try:
