@@ -1176,62 +1176,57 @@ def test_a_copy_cut_over_both_hosts_serves_at_its_head_and_heals(fleet):
     # The worker's vLLM hangs (stopped; its launcher runs on): the head's step timeout
     # ends the head, which leaves the router; the worker's launcher sees the store's
     # connections close and kills its stopped vLLM; the group forms again by itself.
+    @contextlib.contextmanager
+    def stopped() -> Iterator[None]:
+        os.killpg(engine.vllm_of(worker), signal.SIGSTOP)
+        yield
+
+    heals_under_load(fleet, head, before, "worker hung", stopped)
+
+    # This machine drops every packet of the head's host but the gateway's and ssh's,
+    # silently (no reset): the group's connections stay up, so the head notices by its
+    # step timeout and leaves the router; the worker, hearing nothing of its head, leaves
+    # the group too and retries it. Once the packets pass again the group forms by itself.
+    @contextlib.contextmanager
+    def cut_off() -> Iterator[None]:
+        with dropped_from(fleet.router_address, keep=(22, GATEWAY_PORT)):
+            yield
+            time.sleep(group.HEAD_GRACE + 10)  # the worker leaves, and retries its head
+
+    heals_under_load(fleet, head, before, "cut off", cut_off)
+    worker_log = engine.logs(worker)
+    assert "its head has not answered /health" in worker_log, worker_log[-3000:]
+
+
+def heals_under_load(fleet, head: str, before: str, what: str, fault) -> None:
+    """Under a judged load, the pipeline's head leaves the router within the step timeout
+    plus 60 s of `fault` (a context manager), comes back by itself once it is lifted, and
+    answers as `before`; no answer is wrong, none waits past the step timeout plus 40 s,
+    and none fails outside the fault's window."""
     fleet.wait_router(True, [head], timeout=600)
     load = fleet.load(100_000, concurrency=2, pause=0.5, judged=True)
     try:
         load.wait_for(6)
-        hung = time.monotonic()
-        os.killpg(engine.vllm_of(worker), signal.SIGSTOP)
-        fleet.wait_router(False, [head], timeout=STEP_TIMEOUT + 60)
-        out = time.monotonic() - hung
+        start = time.monotonic()
+        with fault():
+            fleet.wait_router(False, [head], timeout=STEP_TIMEOUT + 60)
+            out = time.monotonic() - start
         fleet.wait_router(True, [head], timeout=600)
-        healed = time.monotonic() - hung
+        healed = time.monotonic() - start
         after = greedy(fleet)
         time.sleep(10)  # the load goes on: no failure once the group is back
     finally:
         load.stop()
     result = load.join()
     print(
-        f"pipeline worker hung: the head left the router {out:.0f} s after (step timeout "
+        f"pipeline {what}: the head left the router {out:.0f} s after (step timeout "
         f"{STEP_TIMEOUT} s), back {healed:.0f} s after; {result.summary()}"
     )
     assert after == before
     assert "WrongAnswer" not in result.errors and result.slowest < STEP_TIMEOUT + 40, (
         result.summary()
     )
-    assert not failed_outside(result, hung, healed), result.summary()
-
-    # This machine drops every packet of the head's host but the gateway's and ssh's,
-    # silently (no reset): the group's connections stay up, so the head notices by its
-    # step timeout and leaves the router; the worker, hearing nothing of its head, leaves
-    # the group too and retries it. Once the packets pass again the group forms by itself.
-    fleet.wait_router(True, [head], timeout=600)
-    load = fleet.load(100_000, concurrency=2, pause=0.5, judged=True)
-    try:
-        load.wait_for(6)
-        with dropped_from(fleet.router_address, keep=(22, GATEWAY_PORT)):
-            cut = time.monotonic()
-            fleet.wait_router(False, [head], timeout=STEP_TIMEOUT + 60)
-            out = time.monotonic() - cut
-            time.sleep(group.HEAD_GRACE + 10)  # the worker leaves, and retries its head
-        fleet.wait_router(True, [head], timeout=600)
-        healed = time.monotonic() - cut
-        after = greedy(fleet)
-        time.sleep(10)  # the load goes on: no failure once the group is back
-    finally:
-        load.stop()
-    result = load.join()
-    print(
-        f"pipeline cut off: the head left the router {out:.0f} s after (step timeout "
-        f"{STEP_TIMEOUT} s), back {healed:.0f} s after the cut; {result.summary()}"
-    )
-    assert after == before
-    assert "WrongAnswer" not in result.errors and result.slowest < STEP_TIMEOUT + 40, (
-        result.summary()
-    )
-    assert not failed_outside(result, cut, healed), result.summary()
-    worker_log = engine.logs(worker)
-    assert "its head has not answered /health" in worker_log, worker_log[-3000:]
+    assert not failed_outside(result, start, healed), result.summary()
 
 
 def failed_outside(result, start: float, healed: float) -> list[float]:
