@@ -14,7 +14,6 @@ from zenvllm.core.dtype import EMULATED_BF16_SLOWDOWN, native_bf16, served_model
 from zenvllm.core.errors import PlanError
 from zenvllm.core.flavors import PRESETS, synthetic_host
 from zenvllm.core.host import GIB, MIB
-from zenvllm.core.memory import page_cache_room
 from zenvllm.core.model import Model, model_of_size, read_model
 from zenvllm.core.plan import Policy, make_plan
 from zenvllm.core.topology import read_host
@@ -32,11 +31,9 @@ def test_a_bf16_model_on_zen3_is_planned_in_float32_with_four_byte_weights():
     assert {i.dtype for i in plan.instances} == {"float32"}
     note = next(n for n in plan.notes if n.startswith("dtype float32"))
     assert "avx512_bf16 nor amx_bf16" in note and "8.00 GiB so (4.00 GiB stored" in note
-    # The page cache holds the files as stored: 4 GiB, not the 8 GiB in memory.
-    assert page_cache_room(plan.model) == 4 * GIB
     inst = plan.instances[0]
     limit_without_kv = inst.memory_limit_mib * MIB - inst.kv_cache_gib * GIB
-    assert limit_without_kv == pytest.approx((8 + 2.5 + 1 + 4) * GIB, abs=MIB)
+    assert limit_without_kv == pytest.approx((8 + 2.5 + 1) * GIB, abs=MIB)
 
 
 def test_the_same_model_on_zen4_stays_bfloat16():
@@ -104,7 +101,7 @@ def test_quantized_weights_keep_their_integers_and_only_floats_double():
     q = Model("q", weight_bytes=3 * GIB, float_bytes=GIB, kv_bytes_per_token=100)
     served = served_model(q, "float32")
     assert served.weight_bytes == 4 * GIB and served.float_bytes == 2 * GIB
-    assert served.file_bytes == 3 * GIB and served.kv_bytes_per_token == 200
+    assert served.kv_bytes_per_token == 200
 
 
 def test_read_model_counts_the_floating_tensors_of_the_tiny_model():

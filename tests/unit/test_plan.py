@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from zenvllm.core.errors import PlanError
 from zenvllm.core.flavors import CPU_MODELS, PRESETS, synthetic_host
 from zenvllm.core.host import GIB, MIB
-from zenvllm.core.memory import node_budget, page_cache_room
+from zenvllm.core.memory import node_budget
 from zenvllm.core.model import Model, model_of_size
 from zenvllm.core.plan import Policy, Rank, make_plan
 from zenvllm.core.topology import parse_cpu_list
@@ -25,8 +25,7 @@ def flavor(vcpus, ram, numa=1, smt=1, cpu="genoa"):
 
 def check_invariants(plan, host):
     seen: set[int] = set()
-    per_node: dict[int, int] = {}
-    limits: dict[int, int] = {}
+    per_node: dict[int, float] = {}
     for inst in plan.instances:
         cpus = set(inst.cpus)
         assert cpus, inst
@@ -48,17 +47,16 @@ def check_invariants(plan, host):
         assert inst.env["VLLM_CPU_OMP_THREADS_BIND"] == inst.omp_threads_bind
         assert inst.env["VLLM_CPU_KVCACHE_SPACE"] == str(inst.kv_cache_gib)
         assert inst.kv_cache_gib >= plan.policy.min_kv_cache_gib
-        # The limit leaves room for the weights' page cache (the files', read once by
-        # every rank); each node's budget holds its rank's share and no page cache.
-        k = len(ranks)
-        resident = (inst.memory_limit_mib * MIB - MIB - page_cache_room(plan.model)) / k
+        # The limit is what the ranks hold (weights, runtime, shm, KV; no page cache:
+        # runtime/working_set.py), each rank's share within its node's budget.
+        assert inst.memory_limit_mib * MIB <= host.mem_total_bytes
         for r in ranks:
-            limits[r.node] = limits.get(r.node, 0) + (inst.memory_limit_mib * MIB - MIB) / k
-            per_node[r.node] = per_node.get(r.node, 0) + resident
+            share = (inst.memory_limit_mib * MIB - MIB) / len(ranks)
+            per_node[r.node] = per_node.get(r.node, 0) + share
     for node_id, used in per_node.items():
         assert used <= node_budget(host.node(node_id).mem_total_bytes, plan.policy)
     if host.cgroup_mem_limit_bytes:
-        assert sum(limits.values()) <= host.cgroup_mem_limit_bytes
+        assert sum(per_node.values()) <= host.cgroup_mem_limit_bytes
     ports = [i.port for i in plan.instances]
     assert len(set(ports)) == len(ports)
 
@@ -196,15 +194,15 @@ def test_kv_cache_is_the_nodes_leftover_times_the_fraction():
     fixed = 10 * GIB + 2.5 * GIB + 1024 * MIB
     expected = int((budget - 2 * fixed) * 0.5 / 2 // GIB)
     assert [i.kv_cache_gib for i in plan.instances] == [expected, expected]
-    # The limit adds the weights' page cache (10 GiB again), which the budget does not count.
-    assert plan.instances[0].memory_limit_mib == (fixed + 10 * GIB + expected * GIB) // MIB
+    # The limit is weights, runtime, shm and KV: no room for the files' page cache.
+    assert plan.instances[0].memory_limit_mib == (fixed + expected * GIB) // MIB
 
 
 def test_cgroup_limit_caps_the_kv_cache():
     host = dataclasses.replace(flavor(4, 64), cgroup_mem_limit_bytes=16 * GIB)
     (inst,) = make_plan(host, model_of_size(4), Policy(instances=1)).instances
-    # weights 4 + runtime 2.5 + shm 1 + the weights' page cache 4, all charged to the cgroup
-    assert inst.kv_cache_gib == int(((16 * 0.98) - 11.5) * 0.9)
+    # weights 4 + runtime 2.5 + shm 1 charged to the cgroup before the KV cache
+    assert inst.kv_cache_gib == int(((16 * 0.98) - 7.5) * 0.9)
     assert inst.memory_limit_mib * MIB <= 16 * GIB
 
 

@@ -69,7 +69,6 @@ def served_model(model: Model, dtype: str) -> Model:
         weight_bytes=model.weight_bytes + floating * served // stored - floating,
         float_bytes=floating * served // stored,
         kv_bytes_per_token=kv * served // stored if kv else kv,
-        file_bytes=model.weight_bytes if model.file_bytes is None else model.file_bytes,
     )
 
 

@@ -32,18 +32,6 @@ def smallest_instance(model: Model, policy: Policy) -> int:
     return fixed_cost(model, policy) + kv_floor_gib(model, policy) * GIB
 
 
-def page_cache_room(model: Model) -> int:
-    """Room in an instance's memory limit for the page cache of its weight files.
-
-    The container's cgroup is charged for the file pages it reads while loading, and
-    vLLM 0.32 checks limit - usage (page cache included) against the KV cache it is
-    about to allocate: with a 0.5 B model (0.92 GiB) the cgroup held 4.4 GiB just
-    before that check, 1.2 GiB of it page cache. The pages are reclaimable, so a
-    node's budget does not count them; only the limit leaves them room.
-    """
-    return int(model.weight_bytes if model.file_bytes is None else model.file_bytes)
-
-
 def kv_need_gib(model: Model, policy: Policy, max_len: int | None) -> int | None:
     """The most KV cache the scheduler can fill: max_num_seqs sequences of max_len."""
     if model.runner == POOLING:
@@ -101,8 +89,8 @@ def node_kv_gib(
 
 
 def cgroup_cap_gib(host: Host, policy: Policy, total: int, charged: int) -> int | None:
-    """Each instance's KV GiB under the cgroup memory limit, which is charged for the
-    page cache too (`charged` per instance); None without a limit."""
+    """Each instance's KV GiB under the cgroup memory limit, `charged` per instance
+    before its KV; None without a limit."""
     limit = host.cgroup_mem_limit_bytes
     if limit is None:  # 0 is a limit (nothing may be charged), never "unset"
         return None
@@ -133,7 +121,7 @@ def kv_cache_per_node(
         floor = kv_floor_gib(model, policy)
         kv_by_node[node_id] = node_kv_gib(node_id, fit, budget, fixed, need, policy, floor)
 
-    cap = cgroup_cap_gib(host, policy, sum(counts.values()), fixed + page_cache_room(model))
+    cap = cgroup_cap_gib(host, policy, sum(counts.values()), fixed)
     limit = host.cgroup_mem_limit_bytes
     if cap is not None and limit is not None and cap < max(kv_by_node.values()):
         notes.append(f"KV capped at {cap} GiB by the cgroup memory limit {gib(limit)}")
@@ -141,11 +129,12 @@ def kv_cache_per_node(
 
     for node_id, kv in kv_by_node.items():
         if kv < kv_floor_gib(model, policy):
-            if host.cgroup_mem_limit_bytes is not None:
-                size = f"{gib(fixed + page_cache_room(model))} each (page cache of the weights too)"
-                where = f"the cgroup memory limit {gib(host.cgroup_mem_limit_bytes)}"
-            else:
-                size, where = f"{gib(fixed)} each", f"node {node_id}"
+            size = f"{gib(fixed)} each"
+            where = (
+                f"node {node_id}"
+                if host.cgroup_mem_limit_bytes is None
+                else f"the cgroup memory limit {gib(host.cgroup_mem_limit_bytes)}"
+            )
             raise PlanError(
                 f"KV cache would be {kv} GiB per instance, below the {policy.min_kv_cache_gib} GiB "
                 f"minimum: {counts[node_id]} instance(s) of {size} leave too little "

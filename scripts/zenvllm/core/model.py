@@ -39,7 +39,6 @@ class Model:
     quantization: Quantization | None = None  # None: bf16 or other unquantized weights
     dtype: str = "bfloat16"  # what the floating weights and the KV cache are counted in
     float_bytes: int | None = None  # bytes of floating tensors (None: all of weight_bytes)
-    file_bytes: int | None = None  # bytes of the weight files (None: weight_bytes, as stored)
     runner: str = GENERATE  # vLLM's --runner: GENERATE, or POOLING (no decode, no KV cache)
     runner_why: str = ""  # what in config.json (and modules.json) decided it
     # The longest context vLLM serves it at, and what says so (None: not known here).

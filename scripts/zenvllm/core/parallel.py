@@ -42,8 +42,7 @@ class Split:
 
 
 def shard(model: Model, k: int) -> Model:
-    """One rank's part of a copy split k ways: its weights and KV bytes per token. The
-    weight files are read whole by every rank, so their page cache stays the files'."""
+    """One rank's part of a copy split k ways: its weights and KV bytes per token."""
     if k == 1:
         return model
     return replace(
@@ -53,21 +52,13 @@ def shard(model: Model, k: int) -> Model:
         kv_bytes_per_token=math.ceil(model.kv_bytes_per_token / k)
         if model.kv_bytes_per_token
         else model.kv_bytes_per_token,
-        file_bytes=model.weight_bytes if model.file_bytes is None else model.file_bytes,
     )
 
 
 def stage(model: Model, p: int) -> Model:
     """One host's part of a copy cut into p pipeline stages: 1/p of the layers, so of the
-    weights, of the KV bytes per token and of the weight files it reads."""
-    if p == 1:
-        return model
-    return replace(
-        shard(model, p),
-        file_bytes=math.ceil(
-            (model.weight_bytes if model.file_bytes is None else model.file_bytes) / p
-        ),
-    )
+    weights and of the KV bytes per token."""
+    return shard(model, p)
 
 
 def fits(host: Host, node_ids: list[int], model: Model, policy: Policy) -> bool:

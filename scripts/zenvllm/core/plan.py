@@ -63,7 +63,7 @@ from zenvllm.core.dtype import (
 )
 from zenvllm.core.errors import PlanError
 from zenvllm.core.host import GIB, MIB, Host
-from zenvllm.core.memory import fixed_cost, gib, kv_cache_per_node, page_cache_room
+from zenvllm.core.memory import fixed_cost, gib, kv_cache_per_node
 from zenvllm.core.model import GENERATE, Model
 from zenvllm.core.plan_notes import dtype_note, layout_notes, room_for
 from zenvllm.core.policy import Policy, check_policy
@@ -226,8 +226,9 @@ def place(
     instances: list[Instance] = []
     warnings: list[str] = []
     notes: list[str] = []
-    # The limit leaves the weight files' page cache room; the node's budget does not.
-    limit = fixed_cost(model, policy) + page_cache_room(model)
+    # No room for the weight files' page cache: the image's vLLM counts it as free, as
+    # the kernel does at the limit (runtime/working_set.py).
+    limit = fixed_cost(model, policy)
     for node_id, k in counts.items():
         kv = kv_by_node[node_id]
         mems = (node_id,) if node_id in host.allowed_mems else tuple(sorted(host.allowed_mems))
@@ -270,8 +271,7 @@ def final_checks(
     last_port = policy.base_port + len(instances) - 1
     if last_port > 65535:
         raise PlanError(f"ports {policy.base_port}-{last_port} run past 65535; lower --base-port")
-    # Resident memory: the limits less the page cache room, which the kernel reclaims.
-    footprint = sum(i.memory_limit_mib * MIB - page_cache_room(model) for i in instances)
+    footprint = sum(i.memory_limit_mib * MIB for i in instances)
     if footprint > host.mem_available_bytes:
         warnings.append(
             f"the plan needs {gib(footprint)} but only {gib(host.mem_available_bytes)} is "
@@ -293,7 +293,7 @@ def place_groups(
         groups = groups[: policy.instances]
     counts = {node: 1 for group in groups for node in group}
     counts, kv_by_node, warnings, notes = kv_cache_per_node(host, rank_model, policy, counts)
-    limit = k * fixed_cost(rank_model, policy) + page_cache_room(part)
+    limit = k * fixed_cost(rank_model, policy)
     where = f" of each of {parts.pipeline} hosts" if parts.pipeline > 1 else ""
     what = "a stage of a copy" if parts.pipeline > 1 else "one copy"
     instances = []

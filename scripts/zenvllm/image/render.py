@@ -22,7 +22,7 @@ from zenvllm.core.errors import ConfigError, UserError
 from zenvllm.core.targets import TARGETS
 from zenvllm.deploy import data, outputs, shipped
 from zenvllm.image import matrix
-from zenvllm.runtime import amx
+from zenvllm.runtime import amx, working_set
 
 SOURCES = ("wheel", "source")
 LABEL_PREFIX = "io.zenvllm"
@@ -307,6 +307,7 @@ def render(config: dict[str, Any], request: Request) -> Context:
         "constraints.txt": constraints(resolved),
         "overrides.txt": overrides_txt(config),
         "zenvllm_amx.pth": amx.PTH_LINE,
+        **{f"zenvllm_plugins.dist-info/{k}": v for k, v in working_set.DIST_INFO.items()},
     }
     copies = dict(shipped.files())
     copies.update({f"wheelhouse/{w.name}": w for w in wheels})
