@@ -34,6 +34,7 @@ import json
 import math
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -52,13 +53,14 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import REPO, require, require_tool
-from support import engine, gateway, role_template
+from support import engine, gateway, role_template, scan
 from support.ansible_run import ANSIBLE_DIR, changed_tasks, planner_zipapp, playbook
 from support.embedding_model import ensure_embedding_model
 from support.load import BackgroundLoad, greedy_text
 from support.tiny_model import ensure_tiny_model
 from support.wheels import router_wheelhouse
 
+from zenvllm.core import group_guard
 from zenvllm.core.host import GIB
 from zenvllm.core.memory import node_budget
 from zenvllm.core.modelfiles import Marker, parse_marker
@@ -1129,20 +1131,7 @@ def test_a_copy_cut_over_both_hosts_serves_at_its_head_and_heals(fleet):
     assert "Worker_PP1" in log and "GLOO_SOCKET_IFNAME=" in log, log[-3000:]
     before = greedy(fleet)
 
-    # The head's store port admits its pipeline's hosts (this machine) and no one else:
-    # a second address of this machine on the bridge is dropped.
-    store = 29500
-    socket.create_connection((fleet.router_address, store), timeout=5).close()
-    bridge = group.interface_of(fleet.here)
-    stranger = fleet.here.rsplit(".", 1)[0] + ".99"
-    subprocess.run(["ip", "addr", "add", f"{stranger}/32", "dev", bridge], check=True)
-    try:
-        with pytest.raises(OSError):
-            socket.create_connection(
-                (fleet.router_address, store), timeout=3, source_address=(stranger, 0)
-            ).close()
-    finally:
-        subprocess.run(["ip", "addr", "del", f"{stranger}/32", "dev", bridge], check=False)
+    closed_to_strangers(fleet)
 
     # The headless stage dies as on a crash, under load: the group leaves the router,
     # forms again by itself and answers as before; no answer is wrong meanwhile.
@@ -1196,6 +1185,45 @@ def test_a_copy_cut_over_both_hosts_serves_at_its_head_and_heals(fleet):
     heals_under_load(fleet, head, before, "cut off", cut_off)
     worker_log = engine.logs(worker)
     assert "its head has not answered /health" in worker_log, worker_log[-3000:]
+
+
+def closed_to_strangers(fleet) -> None:
+    """Every TCP and UDP socket the group's processes listen on, on both hosts (found
+    from the kernel's tables by the cgroup that owns them: the store, the API, gloo's and
+    the message queues' ephemeral ports), is dropped for a third host on the bridge; the
+    group's own hosts formed and serve through them (the greedy answer above); an
+    operator's listener on each host stays open to that third host."""
+    slice_name = group_guard.slice_of(DEPLOYMENT)
+
+    def on_head(argv: list[str]) -> str:
+        return fleet.ssh(shlex.join(argv)).stdout
+
+    def here(argv: list[str]) -> str:
+        return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+
+    sockets = scan.listeners(on_head, slice_name) + scan.listeners(here, slice_name)
+    ports = {port for _, _, port in sockets}
+    # The head's API and store, and ports no list names (gloo's, the queues'): found.
+    assert {PORT, 29500} <= ports and len(ports) > 3, sockets
+    theirs = 18199  # the operator's own service on each host, outside the group
+    fleet.ssh(f"systemd-run --unit=operators-listener python3 -m http.server {theirs}")
+    listener = subprocess.Popen(
+        ["python3", "-m", "http.server", str(theirs), "--bind", fleet.here],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    bridge = group.interface_of(fleet.here)
+    try:
+        time.sleep(2)
+        with scan.stranger(bridge, fleet.here.rsplit(".", 1)[0] + ".99") as probe:
+            found = dict(zip(sockets, probe(sockets), strict=True))
+            operators = probe([("tcp", fleet.router_address, theirs), ("tcp", fleet.here, theirs)])
+    finally:
+        listener.terminate()
+        fleet.ssh("systemctl stop operators-listener", check=False)
+    print(f"the group's sockets, as a third host finds them: {found}")
+    assert all(what in ("silent", "refused") for what in found.values()), found
+    assert operators == ["open", "open"]
 
 
 def heals_under_load(fleet, head: str, before: str, what: str, fault) -> None:

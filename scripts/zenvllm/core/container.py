@@ -16,7 +16,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-from zenvllm.core import compile_cache
+from zenvllm.core import compile_cache, group_guard
 from zenvllm.core.errors import PlanError
 from zenvllm.core.request import Request
 from zenvllm.core.topology import format_cpu_list
@@ -107,6 +107,9 @@ class Container:
     # and the head's address when this is a headless stage, which serves nothing itself.
     group_port: int = 0
     head: str = ""
+    # The cgroup every container of that copy's group runs in, which the firewall closes
+    # to all but the group's peers (core/group_guard.py); None for a whole copy.
+    guard: group_guard.GroupGuard | None = None
 
     @property
     def run_args(self) -> list[str]:
@@ -238,7 +241,13 @@ def cache_dir_of(
     return compile_cache.host_dir(request.compile_cache_dir, instance.name, key)
 
 
-def options_of(instance: Instance, request: Request, env_file: str, cache: str) -> list[str]:
+def options_of(
+    instance: Instance,
+    request: Request,
+    env_file: str,
+    cache: str,
+    guard: group_guard.GroupGuard | None,
+) -> list[str]:
     """`docker run`'s options but the config label: name, placement, security, mounts,
     labels."""
     name = instance.name
@@ -261,6 +270,7 @@ def options_of(instance: Instance, request: Request, env_file: str, cache: str) 
         f"--label=zenvllm.cpus={format_cpu_list(instance.cpus)}",
         f"--label=zenvllm.mems={format_cpu_list(instance.mems)}",
         f"--label=zenvllm.target={request.target}",
+        *([f"--cgroup-parent={guard.parent}"] if guard else []),
         *request.extra_docker_args,
     ]
 
@@ -276,7 +286,14 @@ def container_of(instance: Instance, request: Request, secrets: str = "") -> Con
     stage = stage_args(instance, request)  # [] for a copy on one host
     command = command_of(instance, request, stage)
     cache = cache_dir_of(instance, request, command, env)
-    options = options_of(instance, request, env_file, cache)
+    guard = (
+        group_guard.guard_of(
+            request.deployment, request.cgroup2_mount, request.cgroup_driver, request.supervisor
+        )
+        if stage
+        else None
+    )
+    options = options_of(instance, request, env_file, cache, guard)
     # Everything that shapes the container, the env file (secrets by digest) included:
     # a container whose label differs is out of date and gets replaced.
     shape = [options, request.image, command, sorted(env.items()), secrets]
@@ -300,4 +317,5 @@ def container_of(instance: Instance, request: Request, secrets: str = "") -> Con
         cache_dir=cache,
         group_port=head_port(instance, request) if stage else 0,
         head=request.head_address if stage and request.host_rank > 0 else "",
+        guard=guard,
     )

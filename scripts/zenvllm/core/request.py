@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from zenvllm.core import gate, model_list
+from zenvllm.core import gate, group_guard, model_list
 from zenvllm.core.arguments import NAME, is_ip
 from zenvllm.core.dtype import CHOICES as DTYPES
 from zenvllm.core.flavors import PRESETS
@@ -275,6 +275,21 @@ class Request:
         "picks systemd where it is PID 1.",
         SUPERVISE,
         choices=SUPERVISORS,
+    )
+    cgroup_driver: str = option(
+        "auto",
+        "How the engine names a container's cgroup parent (a copy cut over hosts runs its "
+        "containers in one cgroup, core/group_guard.py): systemd (a slice) or cgroupfs (a "
+        "path); auto asks the engine on the host.",
+        SUPERVISE,
+        choices=group_guard.DRIVERS,
+    )
+    cgroup2_mount: str = option(
+        "auto",
+        'Where the cgroup v2 hierarchy is, under /sys/fs/cgroup: "" (a v2 host), "unified" '
+        '(a hybrid host) or "none"; auto reads the host.',
+        SUPERVISE,
+        choices=group_guard.MOUNTS,
     )
     # -- where things go on the host
     config_dir: str = option(

@@ -204,6 +204,8 @@ VARIABLES = (
     ),
     # -- supervision and the engine
     asked("supervisor"),
+    asked("cgroup_driver"),
+    asked("cgroup2_mount"),
     own(
         "engine_unit",
         "docker.service",

@@ -21,7 +21,7 @@ from zenvllm.core.plan import Plan, Policy, make_plan
 from zenvllm.core.request import Request
 from zenvllm.core.shares import plan_models
 from zenvllm.core.topology import format_cpu_list, read_host
-from zenvllm.runtime import calibrate
+from zenvllm.runtime import calibrate, engine
 
 
 def absolute(path: str) -> str:
@@ -173,6 +173,21 @@ def request_from(options: Mapping[str, Any]) -> Request:
     if asked.supervisor == "auto":
         booted = asked.flavor or (Path(asked.sysfs_root) / "run/systemd/system").is_dir()
         asked = replace(asked, supervisor="systemd" if booted else "engine")
+    return with_cgroups(asked)
+
+
+def with_cgroups(asked: Request) -> Request:
+    """The engine's cgroup driver and where cgroup v2 is mounted, read on the host where a
+    copy may be cut over hosts (they name its group's cgroup: core/group_guard.py); a
+    flavor's plan assumes a v2 host's."""
+    if asked.hosts < 2:
+        return asked
+    if asked.cgroup2_mount == "auto":
+        root = Path(asked.sysfs_root) / "sys/fs/cgroup"
+        found = [m for m in ("", "unified") if (root / m / "cgroup.controllers").is_file()]
+        asked = replace(asked, cgroup2_mount="" if asked.flavor else [*found, "none"][0])
+    if asked.cgroup_driver == "auto" and not asked.flavor:
+        asked = replace(asked, cgroup_driver=engine.cgroup_driver() or "auto")
     return asked
 
 

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import IO
 
+from zenvllm.core import gate
 from zenvllm.core.errors import UserError
 
 
@@ -113,3 +114,23 @@ class Cli:
 
 
 DOCKER = Cli()
+
+
+def cgroup_driver(cli: Cli = DOCKER) -> str:
+    """How the engine names cgroups ("systemd" or "cgroupfs"; Podman calls it its cgroup
+    manager), or "" where no engine answers."""
+    try:
+        done = cli.run("info", "--format", "{{json .}}", timeout=30)
+    except UserError:  # no engine binary here
+        return ""
+    try:
+        info = (
+            gate.parse_json(done.stdout, f"{cli.binary} info", "") if done.returncode == 0 else {}
+        )
+    except gate.InputError:
+        return ""
+    if not isinstance(info, dict):
+        return ""
+    host = info.get("host") or info.get("Host") or {}
+    named = info.get("CgroupDriver") or (host.get("cgroupManager") or host.get("CgroupManager"))
+    return named if named in ("systemd", "cgroupfs") else ""

@@ -95,16 +95,22 @@ class Watch:
 class HeadWatch:
     """A headless member's view of its head: once the head has answered /health, a head
     that has not answered for `grace` seconds means the group is gone (before it first
-    answers, the group is still forming: the head answers only once every stage joined)."""
+    answers, the group is still forming: the head answers only once every stage joined).
+    Answers before the head was first seen silent do not count: a member restarted alone
+    finds the old head of the group it left still answering for the seconds that head
+    takes to notice, and would then leave a head that is merely loading (seen in CI)."""
 
     grace: float = HEAD_GRACE
-    answered: float | None = None  # when the head last answered
+    answered: float | None = None  # when the head of this member's group last answered
+    silent: bool = False  # the head has not answered since this member started
 
     def gone(self, answers: bool, now: float) -> bool:
-        if answers:
+        if not answers:
+            self.silent = True
+            return self.answered is not None and now - self.answered >= self.grace
+        if self.silent:
             self.answered = now
-            return False
-        return self.answered is not None and now - self.answered >= self.grace
+        return False
 
 
 def answers(url: str, timeout: float = PROBE_TIMEOUT) -> bool:
