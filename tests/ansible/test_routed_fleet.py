@@ -1201,7 +1201,9 @@ def closed_to_strangers(fleet) -> None:
     def here(argv: list[str]) -> str:
         return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
 
-    sockets = scan.listeners(on_head, slice_name) + scan.listeners(here, slice_name)
+    sockets = scan.listeners(on_head, slice_name, fleet.router_address) + scan.listeners(
+        here, slice_name, fleet.here
+    )
     ports = {port for _, _, port in sockets}
     # The head's API and store, and ports no list names (gloo's, the queues'): found.
     assert {PORT, 29500} <= ports and len(ports) > 3, sockets

@@ -82,10 +82,14 @@ print(json.dumps(out))
 """
 
 
-def listeners(run: Callable[[list[str]], str], cgroup_name: str) -> list[tuple[str, str, int]]:
+def listeners(
+    run: Callable[[list[str]], str], cgroup_name: str, address: str
+) -> list[tuple[str, str, int]]:
     """The sockets listening off loopback of processes under `cgroup_name`, on the host
-    `run` runs an argv on (returning its stdout)."""
-    return [tuple(s) for s in json.loads(run(["python3", "-c", LISTENERS, cgroup_name]))]
+    `run` runs an argv on (returning its stdout), at `address` on the host for those
+    bound to every address (0.0.0.0, ::)."""
+    found = json.loads(run(["python3", "-c", LISTENERS, cgroup_name]))
+    return [(p, address if a in ("0.0.0.0", "::") else a, port) for p, a, port in found]
 
 
 @contextlib.contextmanager

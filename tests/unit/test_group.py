@@ -92,20 +92,22 @@ def test_the_watch_returns_when_the_group_breaks_and_says_why(capsys):
 
 def test_a_headless_member_leaves_once_a_head_that_answered_stays_silent():
     watch = group.HeadWatch(grace=30)
-    # The old head, still answering for the seconds it takes to see this member left it,
-    # then down and loading for longer than the grace: not a lost head.
-    assert not any(watch.gone(True, t) for t in range(0, 6, 2))
-    # Forming: the head answers only once every stage joined, however long that takes.
-    assert not any(watch.gone(False, t) for t in range(6, 600, 2))
-    assert not watch.gone(True, 600)
-    assert not watch.gone(False, 629)  # a slow answer or two is not a lost head
-    assert not watch.gone(True, 630)
-    assert not watch.gone(False, 659)
-    assert watch.gone(False, 660)
+    # Restarted alone: the old head's API server answers for seconds after its engine
+    # died, before this member joined any group; then the new head loads for longer
+    # than the grace. Neither is a lost head.
+    assert not any(watch.gone(True, t, joined=False) for t in range(0, 6, 2))
+    assert not any(watch.gone(False, t, joined=False) for t in range(6, 300, 2))
+    # Joined (a connection to the head's store): forming still, however long it takes.
+    assert not any(watch.gone(False, t, joined=True) for t in range(300, 600, 2))
+    assert not watch.gone(True, 600, joined=True)
+    assert not watch.gone(False, 629, joined=True)  # a slow answer or two is not a lost head
+    assert not watch.gone(True, 630, joined=True)
+    assert not watch.gone(False, 659, joined=True)
+    assert watch.gone(False, 660, joined=True)
 
 
 def test_the_watch_leaves_a_group_whose_head_went_silent_and_says_why(capsys):
-    answers = iter([False] + [True] * 2 + [False] * 20)
+    answers = iter([True] * 3 + [False] * 20)
     clock = iter(range(0, 1000, 5))
     naps: list[float] = []
     broke = group.watch(
@@ -118,6 +120,22 @@ def test_the_watch_leaves_a_group_whose_head_went_silent_and_says_why(capsys):
     )
     assert broke and len(naps) == 8  # answered at 10 s, silent from 15 to 40 s
     assert "its head has not answered /health for 30 s" in capsys.readouterr().err
+
+
+def test_the_watch_keeps_a_member_that_has_not_joined_whatever_the_old_head_said():
+    """No store connection yet: the old head's answers and its silence after them are
+    not this member's group's; the watch goes on until vLLM ends."""
+    answers = iter([True] * 3 + [False] * 30)
+    checks = iter(range(34))
+    assert not group.watch(
+        29501,
+        read=lambda: [""],
+        sleep=lambda _: None,
+        every=5,
+        ended=lambda: next(checks) == 33,
+        head=lambda: next(answers),
+        clock=iter(range(0, 1000, 5)).__next__,
+    )
 
 
 def test_a_probe_of_a_head_that_is_not_there_says_no_in_time():

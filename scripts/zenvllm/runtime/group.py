@@ -93,24 +93,22 @@ class Watch:
 
 @dataclass
 class HeadWatch:
-    """A headless member's view of its head: once the head has answered /health, a head
-    that has not answered for `grace` seconds means the group is gone (before it first
-    answers, the group is still forming: the head answers only once every stage joined).
-    Answers before the head was first seen silent do not count: a member restarted alone
-    finds the old head of the group it left still answering for the seconds that head
-    takes to notice, and would then leave a head that is merely loading (seen in CI)."""
+    """A headless member's view of its head: once the head of this member's group has
+    answered /health, a head that has not answered for `grace` seconds means the group is
+    gone. Answers count only once this member holds a connection to the head's store (it
+    joined: before that, the group is still forming and its head answers nothing). A
+    member restarted alone finds the old head's API server still answering for seconds
+    after its engine died; taking those for its new group's, it left the new head while
+    that was loading, and the group never formed (CI of stop 68)."""
 
     grace: float = HEAD_GRACE
     answered: float | None = None  # when the head of this member's group last answered
-    silent: bool = False  # the head has not answered since this member started
 
-    def gone(self, answers: bool, now: float) -> bool:
-        if not answers:
-            self.silent = True
-            return self.answered is not None and now - self.answered >= self.grace
-        if self.silent:
+    def gone(self, answers: bool, now: float, joined: bool) -> bool:
+        if answers and joined:
             self.answered = now
-        return False
+            return False
+        return not answers and self.answered is not None and now - self.answered >= self.grace
 
 
 def answers(url: str, timeout: float = PROBE_TIMEOUT) -> bool:
@@ -151,7 +149,7 @@ def watch(
                 f"connection(s) on its store port {port} closed"
             )
             return True
-        if head is not None and head_watch.gone(head(), clock()):
+        if head is not None and head_watch.gone(head(), clock(), joined=bool(state.members)):
             broke(f"its head has not answered /health for {head_watch.grace:.0f} s")
             return True
         sleep(every)
