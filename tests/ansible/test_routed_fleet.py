@@ -75,6 +75,7 @@ DEPLOYMENT = "zenvllm-fleet"
 PORT = 18301
 STEP_TIMEOUT = 20  # seconds: the pipeline's step timeout here (120 in a plan)
 GATEWAY_PORT = 8443
+ROUTER_METRICS = 29000  # the first model's router metrics, which the test reads
 SECRET = "fleet-worker-key-7c41"
 ROUTER_HOST = "fleet-a"
 SSH_ARGS = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
@@ -237,7 +238,7 @@ class Fleet:
         log = self.ssh(f"journalctl -u {DEPLOYMENT}-router -n 40 --no-pager", check=False).stdout
         return "\n".join([what, *metrics, log[-4000:]])
 
-    def router_metrics(self, port: int = 29000) -> str:
+    def router_metrics(self, port: int = ROUTER_METRICS) -> str:
         """A router's metrics: the first model's on 29000, the next ones' on the next ports."""
         return self.get(f"http://{self.router_address}:{port}/metrics")[1]
 
@@ -341,7 +342,7 @@ class Fleet:
             states |= set(out.stdout.split())
         return states
 
-    def health(self, port: int = 29000) -> dict[str, bool]:
+    def health(self, port: int = ROUTER_METRICS) -> dict[str, bool]:
         """Each instance URL and whether the router (of that metrics port) counts it healthy."""
         found = {}
         for line in self.router_metrics(port).splitlines():
@@ -1172,13 +1173,14 @@ def test_a_copy_cut_over_both_hosts_serves_at_its_head_and_heals(fleet):
 
     heals_under_load(fleet, head, before, "worker hung", stopped)
 
-    # This machine drops every packet of the head's host but the gateway's and ssh's,
+    # This machine drops every packet of the head's host but the gateway's, ssh's and the
+    # router metrics' the test reads,
     # silently (no reset): the group's connections stay up, so the head notices by its
     # step timeout and leaves the router; the worker, hearing nothing of its head, leaves
     # the group too and retries it. Once the packets pass again the group forms by itself.
     @contextlib.contextmanager
     def cut_off() -> Iterator[None]:
-        with dropped_from(fleet.router_address, keep=(22, GATEWAY_PORT)):
+        with dropped_from(fleet.router_address, keep=(22, GATEWAY_PORT, ROUTER_METRICS)):
             yield
             time.sleep(group.HEAD_GRACE + 10)  # the worker leaves, and retries its head
 
