@@ -8,9 +8,12 @@ from pathlib import Path
 
 import yaml
 from ansible.parsing.dataloader import DataLoader
+from ansible.plugins.loader import init_plugin_loader
 from ansible.template import Templar, trust_as_template
 
 MANAGED = "Ansible managed"
+# The collection's own filters (zenvllm.cpu.*), the checkout's as ansible.cfg finds them.
+init_plugin_loader([str(Path(__file__).resolve().parents[2] / ".cache/ansible/collections")])
 
 
 def variables(role: Path, **overrides) -> dict:

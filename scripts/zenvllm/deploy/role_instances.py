@@ -44,10 +44,10 @@ def asked(name: str, *, help: str = "", inherit: str = "", role_default: Any = N
 
 # A fleet's copies cut over hosts: consecutive runs of `hosts` hosts of the zenvllm group,
 # in inventory order, so a rolling batch of whole runs restarts whole copies.
+# (deploy/topology.py decides: the zenvllm.cpu.pipeline_hosts filter.)
 PIPELINE_HOSTS = (
-    "{% set fleet = groups['zenvllm'] | default([]) %}{% set p = zenvllm_instances_hosts "
-    "| int %}{{ fleet[fleet.index(inventory_hostname) // p * p :][:p] if p > 1 and "
-    "inventory_hostname in fleet else [inventory_hostname] }}"
+    "{{ groups['zenvllm'] | default([]) | zenvllm.cpu.pipeline_hosts(inventory_hostname, "
+    "zenvllm_instances_hosts) }}"
 )
 
 VARIABLES = (
@@ -109,8 +109,8 @@ VARIABLES = (
     ),
     asked(
         "host_rank",
-        role_default="{{ zenvllm_instances_pipeline_hosts.index(inventory_hostname) if "
-        "inventory_hostname in zenvllm_instances_pipeline_hosts else 0 }}",
+        role_default="{{ zenvllm_instances_pipeline_hosts "
+        "| zenvllm.cpu.host_rank(inventory_hostname) }}",
     ),
     asked(
         "head_address",

@@ -5,6 +5,7 @@ reference.py writes the role's defaults and argument specs from ROLE."""
 from __future__ import annotations
 
 from zenvllm.deploy.role_vars import Role, own, state
+from zenvllm.deploy.topology import ROUTER_METRICS_PORT
 
 PACKAGES, PROMETHEUS, TARGETS = "Packages", "Prometheus", "Targets"
 THRESHOLDS, ALERTMANAGER = "Alert thresholds", "Alertmanager"
@@ -98,10 +99,10 @@ VARIABLES = (
         "   | map(attribute='models', default=[]) | flatten\n"
         "   | map(attribute='served_name') | unique | list | length %}{{\n"
         "   groups['zenvllm_router'] | default([]) | map('extract', hostvars)\n"
-        "   | map(attribute='zenvllm_private_address', default='') | select\n"
-        "   | product(range(29000, 29000 + [models, 1] | max)) | map('join', ':') | list }}",
+        "   | map(attribute='zenvllm_private_address', default='')\n"
+        "   | zenvllm.cpu.router_targets(models) }}",
         description="address:port of each router's metrics; defaults to the router hosts, port "
-        "29000 and, with several models (a router each), the next ports.",
+        f"{ROUTER_METRICS_PORT} and, with several models (a router each), the next ports.",
     ),
     own(
         "node_hosts",

@@ -5,6 +5,7 @@ role's defaults and argument specs from ROLE."""
 from __future__ import annotations
 
 from zenvllm.deploy.role_vars import Role, own, state
+from zenvllm.deploy.topology import ROUTER_METRICS_PORT
 
 INSTALL, UNIT, WORKERS = "Installation", "The unit and its listeners", "Workers"
 ROUTING, HEALTH, SYSTEMD = "Routing", "Health checks and retries", "systemd"
@@ -69,9 +70,11 @@ VARIABLES = (
         "Where its Prometheus metrics listen (the monitoring host scrapes them); the next "
         "models' on the next ports.",
         UNIT,
-        role_default="{{ zenvllm_private_address | default('127.0.0.1') }}:29000",
+        role_default="{{ zenvllm_private_address | default('127.0.0.1') }}:"
+        f"{ROUTER_METRICS_PORT}",
         description="address:port of the router's Prometheus metrics; defaults to the host's "
-        "private address, port 29000; with several models the next ones on the next ports.",
+        f"private address, port {ROUTER_METRICS_PORT}; with several models the next ones on "
+        "the next ports.",
     ),
     own(
         "models",
