@@ -37,6 +37,16 @@ VARIABLES = (
         "socket. Defaults to zenvllm_docker_host.",
     ),
     own(
+        "docker_bin",
+        "docker",
+        "The engine's command the role asks the engine with: a name found on PATH, or an "
+        "absolute path.",
+        ENGINE,
+        inherit="zenvllm_docker_bin",
+        description="The engine's command the role asks the engine with: a name found on "
+        "PATH, or an absolute path. Defaults to zenvllm_docker_bin.",
+    ),
+    own(
         "packages",
         ("numactl", "python3", "curl"),
         "Packages the instances and the planner need on the host.",

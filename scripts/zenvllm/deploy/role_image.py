@@ -49,6 +49,15 @@ VARIABLES = (
         "Defaults to zenvllm_docker_host.",
     ),
     own(
+        "docker_bin",
+        "docker",
+        "The engine's command on the host: a name found on PATH, or an absolute path.",
+        IMAGE,
+        inherit="zenvllm_docker_bin",
+        description="The engine's command on the host: a name found on PATH, or an absolute "
+        "path. Defaults to zenvllm_docker_bin.",
+    ),
+    own(
         "build_target",
         "vllm-openai",
         "",
@@ -79,6 +88,17 @@ VARIABLES = (
         role_default="{{ lookup('ansible.builtin.env', 'DOCKER_HOST') }}",
         description="For source=auto: DOCKER_HOST of the controller's engine (default: the "
         "controller's DOCKER_HOST, else the default socket).",
+    ),
+    own(
+        "controller_docker_bin",
+        "",
+        "source=auto: the engine's command on the controller, the one `zenvllm build` "
+        "there runs (ZENVLLM_DOCKER), else the hosts' (docker_bin).",
+        ARCHIVE,
+        role_default="{{ lookup('ansible.builtin.env', 'ZENVLLM_DOCKER') "
+        "or zenvllm_image_docker_bin }}",
+        description="For source=auto: the engine's command on the controller (default: the "
+        "controller's ZENVLLM_DOCKER, else zenvllm_image_docker_bin).",
     ),
     own(
         "controller_dir",

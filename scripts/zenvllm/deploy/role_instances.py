@@ -213,7 +213,15 @@ VARIABLES = (
         role_default="{{ (zenvllm_host_engine_choice | default({})).unit "
         "| default('docker.service') }}",
     ),
-    own("docker_bin", "/usr/bin/docker", "The engine's command line.", SUPERVISE),
+    own(
+        "docker_bin",
+        "docker",
+        "The engine's command every engine run of the role and its units use: a name "
+        "found on the host's PATH, or an absolute path (a unit runs the path the name "
+        "resolves to).",
+        SUPERVISE,
+        inherit="zenvllm_docker_bin",
+    ),
     own(
         "docker_host",
         "",
