@@ -38,13 +38,16 @@ VARIABLES = (
     ),
     own(
         "docker_bin",
-        "docker",
-        "The engine's command the role asks the engine with: a name found on PATH, or an "
-        "absolute path.",
+        "/usr/bin/docker",
+        "The engine's command the role asks the engine with, as given: an absolute path, "
+        "or a command the units can run (the instances' systemd units run the same "
+        "zenvllm_docker_bin, and systemd needs an absolute path).",
         ENGINE,
         inherit="zenvllm_docker_bin",
-        description="The engine's command the role asks the engine with: a name found on "
-        "PATH, or an absolute path. Defaults to zenvllm_docker_bin.",
+        description="The engine's command the role asks the engine with, as given: an "
+        "absolute path, or a command the units can run (the instances' systemd units run "
+        "the same zenvllm_docker_bin, and systemd needs an absolute path). Defaults to "
+        "zenvllm_docker_bin.",
     ),
     own(
         "packages",

@@ -50,12 +50,16 @@ VARIABLES = (
     ),
     own(
         "docker_bin",
-        "docker",
-        "The engine's command on the host: a name found on PATH, or an absolute path.",
+        "/usr/bin/docker",
+        "The engine's command on the host, as given: an absolute path, or a command the "
+        "units can run (the instances' systemd units run the same zenvllm_docker_bin, and "
+        "systemd needs an absolute path).",
         IMAGE,
         inherit="zenvllm_docker_bin",
-        description="The engine's command on the host: a name found on PATH, or an absolute "
-        "path. Defaults to zenvllm_docker_bin.",
+        description="The engine's command on the host, as given: an absolute path, or a "
+        "command the units can run (the instances' systemd units run the same "
+        "zenvllm_docker_bin, and systemd needs an absolute path). Defaults to "
+        "zenvllm_docker_bin.",
     ),
     own(
         "build_target",
@@ -91,14 +95,14 @@ VARIABLES = (
     ),
     own(
         "controller_docker_bin",
-        "",
-        "source=auto: the engine's command on the controller, the one `zenvllm build` "
-        "there runs (ZENVLLM_DOCKER), else the hosts' (docker_bin).",
+        "docker",
+        "source=auto: the engine's command on the controller (a workstation, no units), the "
+        "one `zenvllm build` there runs: ZENVLLM_DOCKER, else docker on the controller's "
+        "PATH. Not the hosts' zenvllm_docker_bin.",
         ARCHIVE,
-        role_default="{{ lookup('ansible.builtin.env', 'ZENVLLM_DOCKER') "
-        "or zenvllm_image_docker_bin }}",
+        role_default="{{ lookup('ansible.builtin.env', 'ZENVLLM_DOCKER') or 'docker' }}",
         description="For source=auto: the engine's command on the controller (default: the "
-        "controller's ZENVLLM_DOCKER, else zenvllm_image_docker_bin).",
+        "controller's ZENVLLM_DOCKER, else docker as its PATH finds it).",
     ),
     own(
         "controller_dir",

@@ -215,10 +215,11 @@ VARIABLES = (
     ),
     own(
         "docker_bin",
-        "docker",
-        "The engine's command every engine run of the role and its units use: a name "
-        "found on the host's PATH, or an absolute path (a unit runs the path the name "
-        "resolves to).",
+        "/usr/bin/docker",
+        "The engine's command, as given, for every engine run of the role and in its "
+        "units: an absolute path, or a command the units can run (a systemd unit's "
+        "ExecStart needs an absolute path). /usr/bin/docker is where docker.io, docker-ce "
+        "and podman-docker install it.",
         SUPERVISE,
         inherit="zenvllm_docker_bin",
     ),
