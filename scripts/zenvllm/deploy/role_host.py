@@ -37,6 +37,19 @@ VARIABLES = (
         "socket. Defaults to zenvllm_docker_host.",
     ),
     own(
+        "docker_bin",
+        "/usr/bin/docker",
+        "The engine's command the role asks the engine with, as given: an absolute path, "
+        "or a command the units can run (the instances' systemd units run the same "
+        "zenvllm_docker_bin, and systemd needs an absolute path).",
+        ENGINE,
+        inherit="zenvllm_docker_bin",
+        description="The engine's command the role asks the engine with, as given: an "
+        "absolute path, or a command the units can run (the instances' systemd units run "
+        "the same zenvllm_docker_bin, and systemd needs an absolute path). Defaults to "
+        "zenvllm_docker_bin.",
+    ),
+    own(
         "packages",
         ("numactl", "python3", "curl"),
         "Packages the instances and the planner need on the host.",

@@ -49,6 +49,19 @@ VARIABLES = (
         "Defaults to zenvllm_docker_host.",
     ),
     own(
+        "docker_bin",
+        "/usr/bin/docker",
+        "The engine's command on the host, as given: an absolute path, or a command the "
+        "units can run (the instances' systemd units run the same zenvllm_docker_bin, and "
+        "systemd needs an absolute path).",
+        IMAGE,
+        inherit="zenvllm_docker_bin",
+        description="The engine's command on the host, as given: an absolute path, or a "
+        "command the units can run (the instances' systemd units run the same "
+        "zenvllm_docker_bin, and systemd needs an absolute path). Defaults to "
+        "zenvllm_docker_bin.",
+    ),
+    own(
         "build_target",
         "vllm-openai",
         "",
@@ -79,6 +92,17 @@ VARIABLES = (
         role_default="{{ lookup('ansible.builtin.env', 'DOCKER_HOST') }}",
         description="For source=auto: DOCKER_HOST of the controller's engine (default: the "
         "controller's DOCKER_HOST, else the default socket).",
+    ),
+    own(
+        "controller_docker_bin",
+        "docker",
+        "source=auto: the engine's command on the controller (a workstation, no units), the "
+        "one `zenvllm build` there runs: ZENVLLM_DOCKER, else docker on the controller's "
+        "PATH. Not the hosts' zenvllm_docker_bin.",
+        ARCHIVE,
+        role_default="{{ lookup('ansible.builtin.env', 'ZENVLLM_DOCKER') or 'docker' }}",
+        description="For source=auto: the engine's command on the controller (default: the "
+        "controller's ZENVLLM_DOCKER, else docker as its PATH finds it).",
     ),
     own(
         "controller_dir",

@@ -215,7 +215,16 @@ VARIABLES = (
         role_default="{{ (zenvllm_host_engine_choice | default({})).unit "
         "| default('docker.service') }}",
     ),
-    own("docker_bin", "/usr/bin/docker", "The engine's command line.", SUPERVISE),
+    own(
+        "docker_bin",
+        "/usr/bin/docker",
+        "The engine's command, as given, for every engine run of the role and in its "
+        "units: an absolute path, or a command the units can run (a systemd unit's "
+        "ExecStart needs an absolute path). /usr/bin/docker is where docker.io, docker-ce "
+        "and podman-docker install it.",
+        SUPERVISE,
+        inherit="zenvllm_docker_bin",
+    ),
     own(
         "docker_host",
         "",

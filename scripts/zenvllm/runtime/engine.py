@@ -2,7 +2,8 @@
 
 Every engine command in the package, on the controller and on a host (the runtime
 layer ships in the zipapp), goes through a `Cli`; its binary is `docker` unless
-ZENVLLM_DOCKER names another (the status timer's unit sets it from the role).
+ZENVLLM_DOCKER names another (the roles set it from zenvllm_docker_bin: for the host's
+engine probe, `zenvllm status` and its timer's unit).
 `run` captures the output; `started` and `call` send it to a file or a pipe (builds)
 and kill the command if the caller is interrupted; `stream` starts one the caller
 watches itself (benchmark clients, with their own deadline). One place finds the binary,
