@@ -1174,10 +1174,10 @@ def test_a_copy_cut_over_both_hosts_serves_at_its_head_and_heals(fleet):
     heals_under_load(fleet, head, before, "worker hung", stopped)
 
     # This machine drops every packet of the head's host but the gateway's, ssh's and the
-    # router metrics' the test reads,
-    # silently (no reset): the group's connections stay up, so the head notices by its
-    # step timeout and leaves the router; the worker, hearing nothing of its head, leaves
-    # the group too and retries it. Once the packets pass again the group forms by itself.
+    # router metrics' (which the test reads), silently (no reset): the group's
+    # connections stay up, so the head notices by its step timeout and leaves the router;
+    # the worker, hearing nothing of its head, leaves the group too and retries it. Once
+    # the packets pass again the group forms by itself.
     @contextlib.contextmanager
     def cut_off() -> Iterator[None]:
         with dropped_from(fleet.router_address, keep=(22, GATEWAY_PORT, ROUTER_METRICS)):
