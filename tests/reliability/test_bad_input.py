@@ -16,31 +16,11 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, REPO, require, require_tool
+from conftest import FIXTURES, require, require_tool
 from fleet import DOCKER_HOST, IMAGE, Fleet, docker
+from support.cli import refused, zenvllm
 
 pytestmark = pytest.mark.reliability
-
-
-def zenvllm(*args: str, cwd: Path = REPO, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "zenvllm", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env={**os.environ, **(env or {})},
-        check=False,
-        timeout=600,
-    )
-
-
-def refused(done: subprocess.CompletedProcess, *needles: str) -> str:
-    """A refusal: exit 2, nothing on stdout, every needle on stderr."""
-    assert done.returncode == 2, (done.returncode, done.stderr)
-    assert done.stdout == "", done.stdout
-    for needle in needles:
-        assert needle in done.stderr, (needle, done.stderr)
-    return done.stderr
 
 
 def leftovers(directory: Path) -> list[str]:

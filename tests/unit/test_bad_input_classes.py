@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.cli import refused, zenvllm
 from support.hostile import LLAMA_CONFIG, special_file
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
@@ -22,28 +23,6 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hosts"
 ZEN4 = FIXTURES / "test-machine-zen4-2cpu"
 CGROUP2 = FIXTURES / "container-cgroup2-cpuset4-7"
 CONFIG = LLAMA_CONFIG
-
-
-def zenvllm(
-    *argv: str, env: dict | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess:
-    done = subprocess.run(
-        [sys.executable, "-m", "zenvllm", *argv],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(SCRIPTS), **(env or {})},
-        timeout=timeout,  # a hang fails here
-        check=False,
-    )
-    assert "Traceback" not in done.stderr, done.stderr
-    return done
-
-
-def refused(done: subprocess.CompletedProcess, *says: str) -> None:
-    assert done.returncode == 2, (done.returncode, done.stdout[:300], done.stderr)
-    assert done.stdout == ""
-    for text in says:
-        assert text in done.stderr, done.stderr
 
 
 def safetensors(header: dict | bytes, data: int = 64) -> bytes:

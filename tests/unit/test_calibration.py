@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import itertools
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.cli import zenvllm
 from support.tiny_model import ensure_tiny_model
 
 from zenvllm.core.calibration import Calibration, NodeFigure, StepFigure, apply, parse
@@ -21,12 +20,6 @@ from zenvllm.runtime import calibrate
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "fixtures" / "hosts" / "epyc-9654-nps4"
-ENV = {"PYTHONPATH": str(REPO / "scripts"), "PATH": "/usr/bin:/bin"}
-
-
-def zenvllm(*args: str) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-m", "zenvllm", *args]
-    return subprocess.run(argv, capture_output=True, text=True, env=ENV, check=False)
 
 
 def calibration_for(root: Path, per_core_gbs: float) -> Calibration:

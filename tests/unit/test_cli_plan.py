@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from support import cpu
+from support.cli import zenvllm
 
 from zenvllm.core.topology import parse_cpu_list
 
@@ -24,12 +23,6 @@ INSTANCE_KEYS = {
     "env",
     "docker_args",
 }
-
-
-def zenvllm(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "zenvllm", *args], capture_output=True, text=True, timeout=60
-    )
 
 
 def fixture_roots():

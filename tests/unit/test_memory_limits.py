@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_cli_plan import zenvllm
+from support.cli import zenvllm
 
 from zenvllm.core.dtype import CHOICES as DTYPES
 from zenvllm.core.errors import PlanError

@@ -15,6 +15,7 @@ from dataclasses import fields
 import pytest
 import yaml
 from support import role_template
+from support.cli import zenvllm
 
 from zenvllm import reference
 from zenvllm.core import request
@@ -24,12 +25,6 @@ from zenvllm.deploy import role_instances
 from zenvllm.deploy.role_instances import ROLE_PREFIX, VARIABLES
 
 ROLE = reference.INSTANCES
-
-
-def zenvllm(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "zenvllm", *args], capture_output=True, text=True, timeout=60
-    )
 
 
 def test_every_generated_file_is_what_the_schema_makes():

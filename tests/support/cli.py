@@ -1,0 +1,43 @@
+"""`zenvllm ...` as an operator types it, run on this checkout's package by the test's
+own Python: the one runner of the command line in the tests, and what a refusal is."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPTS = REPO / "scripts"
+
+
+def zenvllm(
+    *args: str,
+    cwd: Path = REPO,
+    env: dict[str, str] | None = None,
+    timeout: float = 600,
+) -> subprocess.CompletedProcess:
+    """The command's result (never raised on); `env` over this process's environment,
+    the checkout's package first. A traceback is a bug whatever the exit code: an
+    operator gets a message naming the value, the limit and the fix."""
+    done = subprocess.run(
+        [sys.executable, "-m", "zenvllm", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(SCRIPTS), **(env or {})},
+        timeout=timeout,  # a hang fails here
+        check=False,
+    )
+    assert "Traceback" not in done.stderr, done.stderr
+    return done
+
+
+def refused(done: subprocess.CompletedProcess, *says: str) -> str:
+    """A refusal: exit 2, nothing on stdout, each of `says` on stderr; the stderr."""
+    assert done.returncode == 2, (done.returncode, done.stdout[:300], done.stderr)
+    assert done.stdout == "", done.stdout
+    for text in says:
+        assert text in done.stderr, (text, done.stderr)
+    return done.stderr
