@@ -47,6 +47,10 @@ help:
 	@echo "make package            the wheel and sdist into dist/ (not on PyPI: pip install the wheel)"
 	@echo "make collection         the Ansible collection zenvllm.cpu into dist/"
 
+# The roles call the collection's own filters by their full names (zenvllm.cpu.*, the
+# fleet's topology): a checkout is that collection where ansible.cfg looks first.
+COLLECTION := .cache/ansible/collections/ansible_collections/zenvllm/cpu
+
 # Two sets of extras (pyproject.toml): `deploy` serves a model (the CLI and Ansible),
 # `dev` adds the tests and linters. `make deploy` installs only the first.
 venv: $(VENV)/.installed $(COLLECTION)
@@ -63,9 +67,6 @@ $(VENV)/.installed-deploy: pyproject.toml
 	$(BIN)/pip install -q -e '.[deploy]'
 	touch $@
 
-# The roles call the collection's own filters by their full names (zenvllm.cpu.*, the
-# fleet's topology): a checkout is that collection where ansible.cfg looks first.
-COLLECTION := .cache/ansible/collections/ansible_collections/zenvllm/cpu
 $(COLLECTION):
 	mkdir -p $(dir $@) && ln -sfn $(CURDIR)/ansible $@
 
