@@ -1,12 +1,13 @@
 """Who may reach a copy cut over hosts: its own hosts, and those that need its API.
 
 A pipeline group's processes listen beyond the API and the head's store port: gloo and
-vLLM's message queues bind ephemeral ports that no setting of torch 2.9 or vLLM 0.32
-pins, and their traffic is unauthenticated (the queues carry pickled objects). So the
-instances role's firewall filters by who owns the socket, not by a list of ports:
-every container of the deployment's group runs under one cgroup of its own (`docker run
---cgroup-parent`), and nftables' `socket cgroupv2` match drops a packet to any socket of
-that cgroup from an address that is not a peer. The rest of the host (the operator's
+vLLM's message queues bind ephemeral ports that no setting of the images' torch (2.13)
+or vLLM (0.32) pins, and their traffic is unauthenticated (the queues carry pickled
+objects). So the instances role's firewall filters by who owns the socket, not by a
+list of ports: every container of the deployment's group runs under one cgroup of its
+own (`docker run --cgroup-parent`), and nftables' `socket cgroupv2` match drops a new
+connection or a datagram to any socket of that cgroup from an address that is not a
+peer. The rest of the host (the operator's
 own services) is matched by nothing and passes as before.
 
 nft resolves the cgroup's path under /sys/fs/cgroup when the table loads and compares
