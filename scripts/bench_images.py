@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 from zenvllm.core.topology import read_host  # noqa: E402
 from zenvllm.image import baseimage, build, render  # noqa: E402
-from zenvllm.runtime.engine import Cli  # noqa: E402
+from zenvllm.runtime.engine import Cli, Engine, choose_engine  # noqa: E402
 
 NAIVE = """\
 # The blog's recipe, in one stage: build tools and media libraries stay in the image.
@@ -55,14 +55,14 @@ def naive_context(dest: Path, base: str, wheelhouse: Path | None, certs: Path | 
     return dest
 
 
-def size_bytes(engine: build.Engine, tag: str) -> int:
+def size_bytes(engine: Engine, tag: str) -> int:
     done = Cli(engine.binary).run(
         "image", "inspect", "--format", "{{.Size}}", tag, timeout=None, check=True
     )
     return int(done.stdout.strip())
 
 
-def timed_build(engine: build.Engine, ctx: Path, tag: str, base: str, log: Path, cold: bool):
+def timed_build(engine: Engine, ctx: Path, tag: str, base: str, log: Path, cold: bool):
     start = time.monotonic()
     build.build_context(engine, ctx, tag, "host", base, log, no_cache=cold)
     return round(time.monotonic() - start, 1)
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     wheelhouse = wheelhouse if wheelhouse.is_dir() else None
     certs = certs if certs.exists() else None
 
-    engine = build.choose_engine()
+    engine = choose_engine()
     build.check_daemon(engine)
     config = render.load_config()
     base = baseimage.ensure_base_image(config["defaults"]["base_image"], engine=engine.binary)

@@ -9,10 +9,11 @@ import pytest
 
 from zenvllm.core.errors import UserError
 from zenvllm.image import baseimage, build
+from zenvllm.runtime import engine as edge
 
 
 def test_buildkit_build_line_uses_host_network_and_the_base_image():
-    engine = build.Engine("docker", "/usr/bin/docker", True)
+    engine = edge.Engine("docker", "/usr/bin/docker", True)
     argv = build.build_argv(
         engine, Path("ctx"), "t:1", "host", "zenvllm/debian:bookworm", Path("iid")
     )
@@ -23,10 +24,10 @@ def test_buildkit_build_line_uses_host_network_and_the_base_image():
 
 
 def test_legacy_and_podman_lines():
-    legacy = build.Engine("docker", "docker", False)
+    legacy = edge.Engine("docker", "docker", False)
     assert "--progress" not in build.build_argv(legacy, Path("c"), "t", "host", None, Path("i"))
     assert build.build_env(legacy)["DOCKER_BUILDKIT"] == "0"
-    podman = build.Engine("podman", "podman", True)
+    podman = edge.Engine("podman", "podman", True)
     argv = build.build_argv(podman, Path("c"), "t", "host", None, Path("i"), no_cache=True)
     assert "nofile=20000:20000" in argv and "--no-cache" in argv
     assert argv[argv.index("--format") + 1] == "docker"  # OCI format drops HEALTHCHECK
@@ -36,23 +37,23 @@ def test_legacy_and_podman_lines():
 
 def test_a_pre_23_client_has_buildkit_built_in(monkeypatch):
     monkeypatch.setattr(
-        build, "docker_candidates", lambda: ["/usr/local/bin/docker", "/usr/bin/docker"]
+        edge, "docker_candidates", lambda: ["/usr/local/bin/docker", "/usr/bin/docker"]
     )
-    monkeypatch.setattr(build, "has_buildkit", lambda b: b == "/usr/bin/docker")
-    assert build.choose_engine() == build.Engine("docker", "/usr/bin/docker", True)
-    assert build.choose_engine(builder="legacy") == build.Engine(
+    monkeypatch.setattr(edge, "has_buildkit", lambda b: b == "/usr/bin/docker")
+    assert edge.choose_engine() == edge.Engine("docker", "/usr/bin/docker", True)
+    assert edge.choose_engine(builder="legacy") == edge.Engine(
         "docker", "/usr/local/bin/docker", False
     )
 
 
 def test_buildkit_demanded_but_absent_is_a_user_error(monkeypatch):
-    monkeypatch.setattr(build, "docker_candidates", lambda: ["/usr/local/bin/docker"])
-    monkeypatch.setattr(build, "has_buildkit", lambda b: False)
-    assert not build.choose_engine().buildkit
+    monkeypatch.setattr(edge, "docker_candidates", lambda: ["/usr/local/bin/docker"])
+    monkeypatch.setattr(edge, "has_buildkit", lambda b: False)
+    assert not edge.choose_engine().buildkit
     with pytest.raises(UserError, match="no docker client here has BuildKit"):
-        build.choose_engine(builder="buildkit")
+        edge.choose_engine(builder="buildkit")
     with pytest.raises(UserError, match="--engine 'lxc' is not one of"):
-        build.choose_engine("lxc")
+        edge.choose_engine("lxc")
 
 
 def test_base_image_is_not_remade_when_the_tag_exists(monkeypatch, tmp_path):
@@ -92,9 +93,9 @@ def test_builds_of_one_target_with_other_builders_do_not_take_turns(tmp_path):
     """The image tier builds vllm-openai with BuildKit, the legacy builder and podman at
     once: one context each, so none waits for another's whole build."""
     engines = [
-        build.Engine("docker", "docker", True),
-        build.Engine("docker", "docker", False),
-        build.Engine("podman", "podman", True),
+        edge.Engine("docker", "docker", True),
+        edge.Engine("docker", "docker", False),
+        edge.Engine("podman", "podman", True),
     ]
     names = [build.context_name("vllm-openai", e) for e in engines]
     assert names == ["vllm-openai", "vllm-openai.legacy", "vllm-openai.podman"]

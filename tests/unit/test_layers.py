@@ -230,27 +230,25 @@ def test_the_cli_runs_with_its_base_dependencies_alone():
 
 
 ENGINE_EDGE = "zenvllm.runtime.engine"
-ENGINES = {"docker", "podman"}
+# The engines' names and the binary's one setting: spelled by the edge alone.
+ENGINE_WORDS = {"docker", "podman", "ZENVLLM_DOCKER"}
 
 
 def engine_commands(path: Path) -> list[int]:
-    """Lines that spell an engine command themselves: a list or tuple starting with
-    "docker" or "podman", or a read of ZENVLLM_DOCKER (the binary's one setting)."""
-    lines = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.List | ast.Tuple) and node.elts:
-            first = node.elts[0]
-            if isinstance(first, ast.Constant) and first.value in ENGINES:
-                lines.append(node.lineno)
-        if isinstance(node, ast.Constant) and node.value == "ZENVLLM_DOCKER":
-            lines.append(node.lineno)
-    return lines
+    """Lines that name an engine themselves: any constant that is exactly "docker",
+    "podman" or ZENVLLM_DOCKER (the binary's one setting), wherever it stands (first in
+    an argument list or not, a default, a key, inside an f-string's expression)."""
+    return sorted(
+        node.lineno
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and node.value in ENGINE_WORDS
+    )
 
 
 def test_only_the_engine_edge_runs_the_engine(tmp_path):
-    """Every engine command goes through runtime/engine.py's Cli, which alone spells
-    the binary: a module building its own argv for docker or podman is one more way a
-    command would pick its engine."""
+    """Every engine command goes through runtime/engine.py's Cli, and the engine's choice
+    (docker or podman, the binary, its builder) is made there: a module naming docker or
+    podman itself is one more way a command would pick its engine."""
     found = {
         name: lines
         for name, path in modules().items()
@@ -258,8 +256,16 @@ def test_only_the_engine_edge_runs_the_engine(tmp_path):
     }
     assert found == {}, found
     stray = tmp_path / "stray.py"
-    stray.write_text('import subprocess\nsubprocess.run(["docker", "ps"])\n')
-    assert engine_commands(stray) == [2]  # the rule sees one
+    stray.write_text(
+        "import os, subprocess\n"
+        'subprocess.run(["docker", "ps"])\n'  # the binary first
+        'subprocess.run([os.environ["BIN"], "podman"])\n'  # not first
+        'subprocess.run(("sudo", "docker", "ps"))\n'
+        'KIND = {"docker": 1}.get(os.environ.get("ZENVLLM_DOCKER", ""))\n'
+        "def f(x, kind='podman'): return f\"{'docker' if x else kind}\"\n"
+        "ok = ['dockerd', 'docker.io', 'podman-docker', 'run docker']\n"  # other words
+    )
+    assert engine_commands(stray) == [2, 3, 4, 5, 5, 6, 6]  # the rule sees each
 
 
 # Ansible's own words, and the names of the roles' variables (zenvllm_*): core plans

@@ -7,6 +7,7 @@ from __future__ import annotations
 from zenvllm.core import request
 from zenvllm.core.targets import TARGETS
 from zenvllm.deploy.role_vars import Role, own, state
+from zenvllm.runtime.engine import BINARY_SETTING, DOCKER_NAME
 
 IMAGE = "The image"
 BUILD = "source=build: the command and the image target"
@@ -95,12 +96,13 @@ VARIABLES = (
     ),
     own(
         "controller_docker_bin",
-        "docker",
+        DOCKER_NAME,
         "source=auto: the engine's command on the controller (a workstation, no units), the "
         "one `zenvllm build` there runs: ZENVLLM_DOCKER, else docker on the controller's "
         "PATH. Not the hosts' zenvllm_docker_bin.",
         ARCHIVE,
-        role_default="{{ lookup('ansible.builtin.env', 'ZENVLLM_DOCKER') or 'docker' }}",
+        role_default=f"{{{{ lookup('ansible.builtin.env', '{BINARY_SETTING}') "
+        f"or '{DOCKER_NAME}' }}}}",
         description="For source=auto: the engine's command on the controller (default: the "
         "controller's ZENVLLM_DOCKER, else docker as its PATH finds it).",
     ),

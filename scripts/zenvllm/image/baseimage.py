@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from zenvllm.core.errors import UserError
-from zenvllm.runtime.engine import Cli
+from zenvllm.runtime.engine import DOCKER_NAME, Cli
 
 DEFAULT_SUITE = "bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"  # plain HTTP: the TLS proxy leaves it alone
@@ -77,7 +77,7 @@ def ensure_base_image(
     tag: str | None = None,
     suite: str = DEFAULT_SUITE,
     mirror: str = DEFAULT_MIRROR,
-    engine: str = "docker",
+    engine: str = DOCKER_NAME,
     cache: Path | None = None,
 ) -> str:
     """Return the tag of a local Debian base image, making it only if missing."""
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tag", default=None, help="local tag (default zenvllm/debian:SUITE)")
     parser.add_argument("--suite", default=DEFAULT_SUITE)
     parser.add_argument("--mirror", default=DEFAULT_MIRROR)
-    parser.add_argument("--engine", default="docker", help="docker or podman")
+    parser.add_argument("--engine", default=DOCKER_NAME, help="docker or podman")
     args = parser.parse_args(argv)
     try:
         print(ensure_base_image(args.tag, args.suite, args.mirror, args.engine))

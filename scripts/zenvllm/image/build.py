@@ -1,7 +1,7 @@
-"""Drive the container engine: docker (BuildKit when the client has it) or podman.
+"""Drive the container engine's builds: docker (BuildKit when the client has it) or podman.
 
-Thin on purpose: choosing the engine and the command line are pure functions
-over what was probed; running them is the only side effect.
+Thin on purpose: the command line is a pure function of the engine runtime/engine.py
+chose (`choose_engine`); running it is the only side effect.
 """
 
 from __future__ import annotations
@@ -9,94 +9,29 @@ from __future__ import annotations
 import fcntl
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from zenvllm.core import gate
 from zenvllm.core.errors import UserError
-from zenvllm.runtime.engine import Cli
+from zenvllm.runtime.engine import DOCKER_FORMAT, DOCKER_NAME, PODMAN_NAME, Cli, Engine
 
-ENGINES = ("auto", "docker", "podman")
 # podman's default rlimits fail here ("error setting rlimit type 7"), for builds and runs.
 PODMAN_ULIMITS = ("--ulimit", "nofile=20000:20000", "--ulimit", "nproc=4096:4096")
-BUILDERS = ("auto", "buildkit", "legacy")
-
-
-@dataclass(frozen=True)
-class Engine:
-    kind: str  # docker or podman
-    binary: str
-    buildkit: bool  # BuildKit (cache mounts) rather than docker's legacy builder
-
-    @property
-    def builder(self) -> str:
-        if self.kind == "podman":
-            return "Buildah"  # podman's builder; it takes cache mounts too
-        return "BuildKit" if self.buildkit else "legacy builder"
 
 
 def _run(argv: list[str], env: dict[str, Any] | None = None) -> subprocess.CompletedProcess[str]:
     return Cli(argv[0], env).run(*argv[1:], timeout=None)
 
 
-def client_major(binary: str) -> int | None:
-    done = _run([binary, "version", "--format", "{{.Client.Version}}"])
-    head = done.stdout.strip().split(".")[0]
-    return int(head) if head.isdigit() else None
-
-
-def has_buildkit(binary: str) -> bool:
-    """Clients before 23 carry BuildKit inside (DOCKER_BUILDKIT=1); later ones need buildx."""
-    if _run([binary, "buildx", "version"]).returncode == 0:
-        return True
-    major = client_major(binary)
-    return major is not None and major < 23
-
-
-def docker_candidates() -> list[str]:
-    # Debian's /usr/bin/docker (20.10) has BuildKit built in; a newer client on
-    # PATH without the buildx plugin only has the legacy builder.
-    found = [shutil.which("docker"), "/usr/bin/docker"]
-    return list(dict.fromkeys(p for p in found if p and os.access(p, os.X_OK)))
-
-
-def choose_engine(kind: str = "auto", builder: str = "auto") -> Engine:
-    if kind not in ENGINES:
-        raise UserError(f"--engine {kind!r} is not one of {', '.join(ENGINES)}")
-    if builder not in BUILDERS:
-        raise UserError(f"--builder {builder!r} is not one of {', '.join(BUILDERS)}")
-    if kind in ("auto", "docker"):
-        candidates = docker_candidates()
-        if candidates:
-            if builder == "legacy":
-                return Engine("docker", candidates[0], False)
-            for binary in candidates:
-                if has_buildkit(binary):
-                    return Engine("docker", binary, True)
-            if builder == "buildkit":
-                raise UserError(
-                    "--builder buildkit: no docker client here has BuildKit "
-                    "(install docker-buildx or Debian's docker.io client)"
-                )
-            return Engine("docker", candidates[0], False)
-        if kind == "docker":
-            raise UserError("docker not found: run `make engine` or pass --engine podman")
-    podman = shutil.which("podman")
-    if podman is None:
-        raise UserError("no container engine found: run `make engine` (docker) or install podman")
-    return Engine("podman", podman, builder != "legacy")
-
-
 def check_daemon(engine: Engine) -> None:
-    if engine.kind == "docker":
+    if engine.kind == DOCKER_NAME:
         done = _run([engine.binary, "version", "--format", "{{.Server.Version}}"])
         if done.returncode != 0:
             host = os.environ.get("DOCKER_HOST", "the default socket")
@@ -116,12 +51,12 @@ def build_argv(
 ) -> list[str]:
     argv = [engine.binary, "build", "--network", network, "--tag", tag]
     argv += ["--iidfile", str(iidfile)]
-    if engine.kind == "docker" and engine.buildkit:
+    if engine.kind == DOCKER_NAME and engine.buildkit:
         argv += ["--progress", "plain"]
-    if engine.kind == "podman":
+    if engine.kind == PODMAN_NAME:
         argv += PODMAN_ULIMITS
         # Its default OCI image format has no HEALTHCHECK and would drop ours.
-        argv += ["--format", "docker"]
+        argv += ["--format", DOCKER_FORMAT]
     if base_image:
         argv += ["--build-arg", f"BASE_IMAGE={base_image}"]
     if no_cache:
@@ -131,7 +66,7 @@ def build_argv(
 
 def build_env(engine: Engine) -> dict[str, str]:
     env = dict(os.environ)
-    if engine.kind == "docker":
+    if engine.kind == DOCKER_NAME:
         env["DOCKER_BUILDKIT"] = "1" if engine.buildkit else "0"
     return env
 
@@ -208,9 +143,9 @@ def context_name(target: str, engine: Engine) -> str:
     take turns (the engine reads it while it builds: podman at every COPY), so each builder
     has its own and builds of one target with different builders run side by side;
     BuildKit's keeps the target's name."""
-    if engine.kind == "docker" and engine.buildkit:
+    if engine.kind == DOCKER_NAME and engine.buildkit:
         return target
-    return f"{target}.{'podman' if engine.kind == 'podman' else 'legacy'}"
+    return f"{target}.{PODMAN_NAME if engine.kind == PODMAN_NAME else 'legacy'}"
 
 
 @contextmanager

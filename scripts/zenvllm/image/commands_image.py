@@ -13,6 +13,7 @@ from typing import Any
 from zenvllm.core.topology import read_host
 from zenvllm.deploy import outputs
 from zenvllm.image import baseimage, build, peers, provenance, push, render
+from zenvllm.runtime.engine import choose_engine
 
 
 def _path(value: str | None) -> Path | None:
@@ -119,7 +120,7 @@ def run_render(args: argparse.Namespace) -> int:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    engine = build.choose_engine(args.engine, args.builder)
+    engine = choose_engine(args.engine, args.builder)
     build.check_daemon(engine)
     config = render.load_config()
     options = options_in(vars(args))

@@ -18,14 +18,14 @@ from pathlib import Path
 
 from zenvllm.core import gate
 from zenvllm.core.errors import UserError
-from zenvllm.runtime.engine import Cli
+from zenvllm.runtime.engine import DOCKER_NAME, PODMAN_NAME, Cli
 
 DOCKER_HUB = "docker.io"
 # Where each engine looks for a registry's CA (read at each push: no restart needed).
-CERTS_D = {"docker": "/etc/docker/certs.d", "podman": "/etc/containers/certs.d"}
+CERTS_D = {DOCKER_NAME: "/etc/docker/certs.d", PODMAN_NAME: "/etc/containers/certs.d"}
 WHERE_LOGINS = {
-    "docker": "DOCKER_CONFIG/config.json, default ~/.docker",
-    "podman": "REGISTRY_AUTH_FILE, default $XDG_RUNTIME_DIR/containers/auth.json",
+    DOCKER_NAME: "DOCKER_CONFIG/config.json, default ~/.docker",
+    PODMAN_NAME: "REGISTRY_AUTH_FILE, default $XDG_RUNTIME_DIR/containers/auth.json",
 }
 _DIGEST = re.compile(r"digest: (sha256:[0-9a-f]{64})")
 
@@ -89,7 +89,7 @@ def failure_message(kind: str, tag: str, lines: list[str]) -> str:
 
 def push_argv(kind: str, tag: str, digestfile: Path) -> list[str]:
     # docker prints the digest it pushed; podman writes it only where told.
-    extra = ["--digestfile", str(digestfile)] if kind == "podman" else []
+    extra = ["--digestfile", str(digestfile)] if kind == PODMAN_NAME else []
     return ["push", *extra, tag]
 
 

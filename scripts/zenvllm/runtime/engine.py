@@ -1,9 +1,12 @@
-"""The one way zenvllm runs a container engine's command line (docker or podman).
+"""The one place zenvllm names, chooses and runs a container engine (docker or podman).
 
-Every engine command in the package, on the controller and on a host (the runtime
-layer ships in the zipapp), goes through a `Cli`; its binary is `docker` unless
-ZENVLLM_DOCKER names another (the roles set it from zenvllm_docker_bin: for the host's
-engine probe, `zenvllm status` and its timer's unit).
+The engines' names (DOCKER_NAME, PODMAN_NAME: an engine's kind is its command's name)
+and the binary's one setting (ZENVLLM_DOCKER) are spelled here alone, and
+`choose_engine` picks the engine a build runs (docker, with BuildKit where its client
+has it, or podman). Every engine command in the package, on the controller and on a
+host (the runtime layer ships in the zipapp), goes through a `Cli`; its binary is
+`docker` unless ZENVLLM_DOCKER names another (the roles set it from zenvllm_docker_bin:
+for the host's engine probe, `zenvllm status` and its timer's unit).
 `run` captures the output; `started` and `call` send it to a file or a pipe (builds)
 and kill the command if the caller is interrupted; `stream` starts one the caller
 watches itself (benchmark clients, with their own deadline). One place finds the binary,
@@ -14,6 +17,7 @@ into an error that names the command.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -23,10 +27,20 @@ from typing import IO
 from zenvllm.core import gate
 from zenvllm.core.errors import UserError
 
+# The engines, by kind; an engine's kind is also its command's name.
+DOCKER_NAME = "docker"
+PODMAN_NAME = "podman"
+# The one setting that names the engine's binary (the roles set it from zenvllm_docker_bin).
+BINARY_SETTING = "ZENVLLM_DOCKER"
+# `podman build --format`: Docker's image format (podman's default OCI one has no HEALTHCHECK).
+DOCKER_FORMAT = "docker"
+ENGINES = ("auto", DOCKER_NAME, PODMAN_NAME)
+BUILDERS = ("auto", "buildkit", "legacy")
+
 
 @dataclass(frozen=True)
 class Cli:
-    binary: str = field(default_factory=lambda: os.environ.get("ZENVLLM_DOCKER", "docker"))
+    binary: str = field(default_factory=lambda: os.environ.get(BINARY_SETTING, DOCKER_NAME))
     env: Mapping[str, str] | None = None  # e.g. DOCKER_BUILDKIT=1 for a pre-23 client
 
     def _missing(self) -> UserError:
@@ -115,6 +129,69 @@ class Cli:
 
 
 DOCKER = Cli()
+
+
+@dataclass(frozen=True)
+class Engine:
+    """The engine a build runs: its kind, its binary and its builder."""
+
+    kind: str  # DOCKER_NAME or PODMAN_NAME
+    binary: str
+    buildkit: bool  # BuildKit (cache mounts) rather than docker's legacy builder
+
+    @property
+    def builder(self) -> str:
+        if self.kind == PODMAN_NAME:
+            return "Buildah"  # podman's builder; it takes cache mounts too
+        return "BuildKit" if self.buildkit else "legacy builder"
+
+
+def client_major(binary: str) -> int | None:
+    done = Cli(binary).run("version", "--format", "{{.Client.Version}}", timeout=None)
+    head = done.stdout.strip().split(".")[0]
+    return int(head) if head.isdigit() else None
+
+
+def has_buildkit(binary: str) -> bool:
+    """Clients before 23 carry BuildKit inside (DOCKER_BUILDKIT=1); later ones need buildx."""
+    if Cli(binary).run("buildx", "version", timeout=None).returncode == 0:
+        return True
+    major = client_major(binary)
+    return major is not None and major < 23
+
+
+def docker_candidates() -> list[str]:
+    # Debian's /usr/bin/docker (20.10) has BuildKit built in; a newer client on
+    # PATH without the buildx plugin only has the legacy builder.
+    found = [shutil.which(DOCKER_NAME), "/usr/bin/docker"]
+    return list(dict.fromkeys(p for p in found if p and os.access(p, os.X_OK)))
+
+
+def choose_engine(kind: str = "auto", builder: str = "auto") -> Engine:
+    if kind not in ENGINES:
+        raise UserError(f"--engine {kind!r} is not one of {', '.join(ENGINES)}")
+    if builder not in BUILDERS:
+        raise UserError(f"--builder {builder!r} is not one of {', '.join(BUILDERS)}")
+    if kind in ("auto", DOCKER_NAME):
+        candidates = docker_candidates()
+        if candidates:
+            if builder == "legacy":
+                return Engine(DOCKER_NAME, candidates[0], False)
+            for binary in candidates:
+                if has_buildkit(binary):
+                    return Engine(DOCKER_NAME, binary, True)
+            if builder == "buildkit":
+                raise UserError(
+                    "--builder buildkit: no docker client here has BuildKit "
+                    "(install docker-buildx or Debian's docker.io client)"
+                )
+            return Engine(DOCKER_NAME, candidates[0], False)
+        if kind == DOCKER_NAME:
+            raise UserError("docker not found: run `make engine` or pass --engine podman")
+    podman = shutil.which(PODMAN_NAME)
+    if podman is None:
+        raise UserError("no container engine found: run `make engine` (docker) or install podman")
+    return Engine(PODMAN_NAME, podman, builder != "legacy")
 
 
 def cgroup_driver(cli: Cli = DOCKER) -> str:

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 if not __package__:  # run as a file (make, engine.sh): import the package it lives in
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from zenvllm.core.errors import UserError
-from zenvllm.runtime.engine import Cli
+from zenvllm.runtime.engine import DOCKER_NAME, Cli
 
 MODES = ("auto", "distribution", "external")
 # Debian's engine, installed only where a host has none.
@@ -49,7 +49,7 @@ CONFLICTS = {
     "containerd.io": "containerd and runc (containerd.io declares Conflicts: containerd, runc)",
 }
 WATCHED = tuple(dict.fromkeys((*ENGINES, *DISTRIBUTION, *CONFLICTS)))
-SERVICE = "docker"
+SERVICE = DOCKER_NAME  # the engine's systemd unit, docker.service
 SYSTEM_SOCKET = "unix:///var/run/docker.sock"
 PRIVATE_SOCKET = "unix:///run/zenvllm/docker.sock"
 # Shared with the monitoring role: one file per package zenvllm installed.
