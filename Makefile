@@ -47,28 +47,21 @@ help:
 	@echo "make package            the wheel and sdist into dist/ (not on PyPI: pip install the wheel)"
 	@echo "make collection         the Ansible collection zenvllm.cpu into dist/"
 
-# The roles call the collection's own filters by their full names (zenvllm.cpu.*, the
-# fleet's topology): a checkout is that collection where ansible.cfg looks first.
-COLLECTION := .cache/ansible/collections/ansible_collections/zenvllm/cpu
-
 # Two sets of extras (pyproject.toml): `deploy` serves a model (the CLI and Ansible),
 # `dev` adds the tests and linters. `make deploy` installs only the first.
-venv: $(VENV)/.installed $(COLLECTION)
+venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@ $(VENV)/.installed-deploy
 
-venv-deploy: $(VENV)/.installed-deploy $(COLLECTION)
+venv-deploy: $(VENV)/.installed-deploy
 $(VENV)/.installed-deploy: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[deploy]'
 	touch $@
-
-$(COLLECTION):
-	mkdir -p $(dir $@) && ln -sfn $(CURDIR)/ansible $@
 
 # The planner as the hosts receive it: one zipapp in the instances role (the
 # collection carries the same file). Remade when the shipped layers change.

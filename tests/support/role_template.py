@@ -12,8 +12,9 @@ from ansible.plugins.loader import init_plugin_loader
 from ansible.template import Templar, trust_as_template
 
 MANAGED = "Ansible managed"
-# The collection's own filters (zenvllm.cpu.*), the checkout's as ansible.cfg finds them.
-init_plugin_loader([str(Path(__file__).resolve().parents[2] / ".cache/ansible/collections")])
+# The collection's own filters (zenvllm.cpu.*): the checkout's, scripts/ansible_collections
+# on sys.path (the editable install's), as ansible-playbook finds them.
+init_plugin_loader()
 
 
 def variables(role: Path, **overrides) -> dict:
