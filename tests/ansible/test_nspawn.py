@@ -576,7 +576,7 @@ def test_a_release_installed_as_written_upgrades_the_operators_deployment(
         ANSIBLE_NOCOLOR="1",
     )
     previous = build_collection(tmp_path / "previous", PREVIOUS)
-    galaxy_run("install", "--offline", str(previous), environ=theirs)
+    galaxy_run("install", "--offline", "--force", str(previous), environ=theirs)  # (ansible_run)
     wheel = subprocess.run(
         [sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(REPO)],
         capture_output=True,

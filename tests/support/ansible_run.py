@@ -82,7 +82,9 @@ def install_collection(where: Path) -> Path:
     """The collection as an operator gets it: built, installed with
     `ansible-galaxy collection install --offline` into where/collections."""
     tarball = build_collection(where)
-    galaxy_run("install", "--offline", "-p", str(where / "collections"), str(tarball))
+    # --force: the checkout is zenvllm.cpu too (scripts/ansible_collections on sys.path),
+    # which ansible-galaxy would take for this collection installed already.
+    galaxy_run("install", "--offline", "--force", "-p", str(where / "collections"), str(tarball))
     return where / "collections"
 
 
