@@ -44,8 +44,8 @@ WORKERS = {
     "ansible": {
         "test_routed_fleet": FIRST,
         "test_cloud_vms": FIRST,
-        "test_flavors": FIRST,
-        "test_foreign_paths": FIRST,
+        "test_flavors": SECOND,
+        "test_foreign_paths": SECOND,
         "test_lint": FIRST,
         "test_openstack_inventory": FIRST,
         "test_quick_start": FIRST,

@@ -715,10 +715,12 @@ def test_a_new_model_version_then_a_bad_image_and_a_rollback_fail_no_request(dep
     base, variables = deployment
     version = base / "models" / "tiny-2026-12"  # the model's next version, a new directory
     shutil.copytree(variables["zenvllm_model_dir"], version)
+    # Eager again (the deployment's own mode before the compiled rollout above): what
+    # is rolled out and back is the model and the image, and an eager start is a minute
+    # shorter than a compiled one whose new model's key starts its cache cold.
     serving = {
         **variables,
         "zenvllm_model_dir": str(version),
-        "zenvllm_instances_serve_args": [],
         "zenvllm_instances_served_model_name": "tiny-v2",
     }
     (before,) = [line for line in revisions_listed(base) if line.startswith("* ")]
