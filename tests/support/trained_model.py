@@ -6,9 +6,14 @@ Trained inside the project's own vllm-openai image (torch, transformers and toke
 are there; the test venv has none of them), on text every image has: its Python's
 standard library sources, in a fixed order, one file in ten held out. Deterministic:
 seeded, one thread, the same steps. Byte-level BPE of VOCAB tokens, a 3-layer Llama
-(hidden 192), bf16 weights as vLLM serves them, and `trained.json` beside them: the
-corpus digest, the held-out perplexity of the trained model and of the same shape
-untrained, and greedy samples.
+(hidden 192) and, for draft-model speculation, a 1-layer one on the same tokenizer
+(draft/), bf16 weights as vLLM serves them, and beside them:
+
+    trained.json    the corpus digest, the held-out perplexity of each model in float32
+                    (the reference) and bf16 and of the same shape untrained, greedy
+                    samples, the training time
+    heldout.json    the held-out token ids those perplexities were measured on (CHUNKS
+                    of SEQ tokens), for a served model to be measured on the same
 
     ensure_trained_model() -> Path          cached under $ZENVLLM_CACHE/models/
     python tests/support/trained_model.py [DIR]      (the one command; IMAGE must exist)
@@ -26,7 +31,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-RECIPE = 1  # bump when the recipe changes: a cached model of another recipe is remade
+RECIPE = 2  # bump when the recipe changes: a cached model of another recipe is remade
 NAME = "trained-llama"
 IMAGE = "zenvllm/vllm-openai:0.32.0"
 VOCAB = 2048
@@ -40,6 +45,13 @@ SHAPE = {
     "num_attention_heads": 6,
     "intermediate_size": 512,
 }
+DRAFT = {
+    "hidden_size": 96,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 3,
+    "intermediate_size": 256,
+}
+CHUNKS = 8  # held-out chunks of SEQ tokens a served model is measured on
 SPECIAL = ["<unk>", "<s>", "</s>"]
 HERE = Path(__file__).resolve()
 
@@ -57,10 +69,12 @@ def corpus(root: Path) -> tuple[list[str], list[str], str]:
 
 
 def train(out: Path) -> None:  # runs in the image
+    import time
+
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM
 
+    began = time.monotonic()
     torch.manual_seed(SEED)
     torch.set_num_threads(1)  # the same sums, so the same weights, on every run
     root = Path(os.__file__).parent
@@ -79,31 +93,70 @@ def train(out: Path) -> None:  # runs in the image
     )
     ids = [i for t in train_texts for i in [*tok.encode(t).ids, 2]]
     held = [i for t in held_texts for i in [*tok.encode(t).ids, 2]][: SEQ * 64]
+    data = torch.tensor(ids)
+    chunks = torch.tensor(held).view(-1, SEQ)
+    record: dict = {
+        "recipe": RECIPE,
+        "corpus": f"Python {sys.version.split()[0]} stdlib .py, sha256 {digest}",
+        "train_tokens": len(ids),
+        "held_out_tokens": len(held),
+        "batch": [BATCH, SEQ],
+        "models": {},
+    }
+    for name, shape, steps, where in (
+        ("main", SHAPE, STEPS, out),
+        ("draft", DRAFT, STEPS // 2, out / "draft"),
+    ):
+        record["models"][name] = fit(tok, data, chunks, shape, steps, where)
+        print(json.dumps({name: record["models"][name]["perplexity"]}), flush=True)
+    for where in (out, out / "draft"):
+        tok.save(str(where / "tokenizer.json"))
+        (where / "tokenizer_config.json").write_text(
+            json.dumps(
+                {
+                    "tokenizer_class": "PreTrainedTokenizerFast",
+                    "bos_token": "<s>",
+                    "eos_token": "</s>",
+                    "unk_token": "<unk>",
+                    "model_max_length": 512,
+                }
+            )
+        )
+    (out / "heldout.json").write_text(json.dumps(chunks[:CHUNKS].tolist()) + "\n")
+    record["seconds"] = round(time.monotonic() - began)
+    (out / "trained.json").write_text(json.dumps(record, indent=2) + "\n")
+
+
+def fit(tok, data, chunks, shape: dict, steps: int, out: Path) -> dict:  # in the image
+    """A Llama of `shape` trained for `steps` on `data`, saved in bf16 to `out`; its
+    perplexities on the held-out `chunks` and greedy samples."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(SEED)
     config = LlamaConfig(
         vocab_size=tok.get_vocab_size(),
         max_position_embeddings=512,
-        num_key_value_heads=SHAPE["num_attention_heads"],
+        num_key_value_heads=shape["num_attention_heads"],
         bos_token_id=1,
         eos_token_id=2,
         tie_word_embeddings=False,
-        **SHAPE,
+        **shape,
     )
     model = LlamaForCausalLM(config)
 
-    def perplexity() -> float:
+    def perplexity(rows) -> float:
         model.eval()
         with torch.no_grad():
-            chunks = torch.tensor(held).view(-1, SEQ)
-            loss = model(input_ids=chunks, labels=chunks).loss.item()
+            loss = model(input_ids=rows, labels=rows).loss.float().item()
         model.train()
         return float(torch.exp(torch.tensor(loss)))
 
-    untrained = perplexity()
-    data = torch.tensor(ids)
-    starts = torch.randint(0, len(ids) - SEQ - 1, (STEPS, BATCH))
+    untrained = perplexity(chunks)
+    starts = torch.randint(0, len(data) - SEQ - 1, (steps, BATCH))
     optim = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.OneCycleLR(optim, max_lr=2e-3, total_steps=STEPS)
-    for step in range(STEPS):
+    sched = torch.optim.lr_scheduler.OneCycleLR(optim, max_lr=2e-3, total_steps=steps)
+    for step in range(steps):
         batch = torch.stack([data[s : s + SEQ] for s in starts[step].tolist()])
         loss = model(input_ids=batch, labels=batch).loss
         loss.backward()
@@ -112,39 +165,28 @@ def train(out: Path) -> None:  # runs in the image
         sched.step()
         optim.zero_grad()
         if step % 50 == 0:
-            print(f"step {step}: loss {loss.item():.3f}", flush=True)
-    trained = perplexity()
-    prompts = ["def main():\n    ", "import os\n\n\nclass "]
+            print(f"{out.name} step {step}: loss {loss.item():.3f}", flush=True)
+    trained, served = perplexity(chunks), perplexity(chunks[:CHUNKS])
     samples = {}
-    for prompt in prompts:
+    for prompt in ("def main():\n    ", "import os\n\n\nclass "):
         start = torch.tensor([tok.encode(prompt).ids])
         made = model.generate(start, max_new_tokens=24, do_sample=False)
         samples[prompt] = tok.decode(made[0].tolist()[start.shape[1] :])
-    model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
-    tok.save(str(out / "tokenizer.json"))
-    (out / "tokenizer_config.json").write_text(
-        json.dumps(
-            {
-                "tokenizer_class": "PreTrainedTokenizerFast",
-                "bos_token": "<s>",
-                "eos_token": "</s>",
-                "unk_token": "<unk>",
-                "model_max_length": 512,
-            }
-        )
-    )
-    record = {
-        "recipe": RECIPE,
-        "corpus": f"Python {sys.version.split()[0]} stdlib .py, sha256 {digest}",
-        "train_tokens": len(ids),
-        "held_out_tokens": len(held),
-        "steps": STEPS,
-        "batch": [BATCH, SEQ],
-        "perplexity": {"trained": round(trained, 3), "untrained": round(untrained, 3)},
+    model.to(torch.bfloat16)
+    in_bf16 = perplexity(chunks[:CHUNKS])
+    model.save_pretrained(out, safe_serialization=True)
+    return {
+        "shape": shape,
+        "steps": steps,
+        "perplexity": {
+            "trained": round(trained, 3),
+            "untrained": round(untrained, 3),
+            # on heldout.json's chunks, as a served model is measured
+            "heldout_float32": round(served, 4),
+            "heldout_bfloat16": round(in_bf16, 4),
+        },
         "greedy_samples": samples,
     }
-    (out / "trained.json").write_text(json.dumps(record, indent=2) + "\n")
-    print(json.dumps(record["perplexity"]))
 
 
 def cache_dir() -> Path:
@@ -185,6 +227,8 @@ def ensure_trained_model(directory: Path | None = None) -> Path:
             "/out",
             timeout=3600,
         )
+        for path in (work, *work.rglob("*")):  # torch writes its weights 0600
+            path.chmod(0o755 if path.is_dir() else 0o644)  # vLLM's user reads them
         shutil.rmtree(directory, ignore_errors=True)
         work.rename(directory)
     finally:

@@ -11,6 +11,7 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
+from conftest import require
 from support.hostile import special_file
 
 from zenvllm.core import gate
@@ -227,3 +228,40 @@ gate.read_text(p, 1, "")
         "open",
         "open",
     ]
+
+
+def test_a_file_the_reader_may_not_read_is_refused_with_the_fix():
+    """A weights file another user wrote 0600 (torch's save does): the launcher, running
+    as vLLM's user, reads its header through gate.regular (core/model.py) and says
+    which file, its mode and the fix, not a traceback. Read in a
+    child that drops to another user, since root reads any file."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    require(os.geteuid() == 0, "needs root to read as another user")
+    # Where the other user may look (pytest's own temporary directories are root's 0700).
+    where = Path(tempfile.mkdtemp())
+    where.chmod(0o755)
+    weights = where / "model.safetensors"
+    weights.write_bytes(b"\0" * 16)
+    weights.chmod(0o600)
+    reader = (
+        "import os, sys; from pathlib import Path; from zenvllm.core import gate\n"
+        "os.setgid(65534); os.setuid(65534)\n"
+        "try:\n"
+        "    with gate.regular(Path(sys.argv[1]), 'the fix'):\n"
+        "        pass\n"
+        "except gate.InputError as err:\n"
+        "    print(err)\n"
+    )
+    try:
+        said = subprocess.run(
+            [sys.executable, "-c", reader, str(weights)], capture_output=True, text=True, check=True
+        ).stdout
+    finally:
+        shutil.rmtree(where)
+    assert f"{weights} (-rw-------) cannot be read by user 65534" in said, said
+    assert "chmod a+r" in said and "the fix" in said

@@ -78,7 +78,13 @@ def regular(path: Path, fix: str) -> Iterator[tuple[BinaryIO, int]]:
     mode = os.stat(path).st_mode  # FileNotFoundError and friends are the caller's
     if not stat.S_ISREG(mode):
         raise InputError(f"{path} is {describe(mode)}, not a regular file; {fix}")
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except PermissionError:  # a file another user wrote 0600: say so, not a traceback
+        raise InputError(
+            f"{path} ({stat.filemode(mode)}) cannot be read by user {os.getuid()}; "
+            f"make it readable (chmod a+r); {fix}"
+        ) from None
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):  # replaced between the stat and the open
