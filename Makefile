@@ -26,10 +26,13 @@ TIERS   := fast=2 image=11 serve=10 ansible=31 bench=14 reliability=7
 # the ansible tier waits for; from the end of the serve tier, whose compiles keep both
 # cores busy (docs/development.md), the llama.cpp peer, built in the ansible tier's idle
 # CPU: it adds about 3 minutes there, 6 built on its own (measured, docs/development.md).
-BACKGROUND := prebuild-hosts:image:ansible prebuild-peer:serve:bench
+# From the end of the fast tier, beside the image tier (one worker of it idles, and a
+# build both ask for is one), the trained model the serve tier's quality test serves:
+# 5 minutes on one core where it is not cached yet.
+BACKGROUND := prebuild-trained:fast:serve prebuild-hosts:image:ansible prebuild-peer:serve:bench
 
 .PHONY: help venv venv-deploy planner package collection reference lint unit test test-fast fuzz engine base-image tiny-model trained-model image deploy undeploy \
-        model-given bench bench-embed peer-image bench-images test-image test-serve test-ansible ansible-tools test-prebuild-hosts test-prebuild-peer test-bench \
+        model-given bench bench-embed peer-image bench-images test-image test-serve test-ansible ansible-tools test-prebuild-hosts test-prebuild-trained test-prebuild-peer test-bench \
         test-reliability clean
 
 help:
@@ -261,6 +264,9 @@ bench-images: venv engine base-image
 # What the ansible and bench tiers need, made beside the tiers before them.
 test-prebuild-hosts: venv engine ansible-tools
 	PYTHONPATH=tests $(BIN)/python tests/support/prebuild.py hosts $(CURDIR)/.cache/prebuild-hosts.log
+
+test-prebuild-trained: venv engine
+	$(MAKE) --no-print-directory trained-model
 
 test-prebuild-peer: venv engine base-image
 	PYTHONPATH=tests $(BIN)/python tests/support/prebuild.py peer $(CURDIR)/.cache/prebuild-peer.log
