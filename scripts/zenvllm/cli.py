@@ -2,7 +2,7 @@
 
 `zenvllm plan` and `doctor` live in the runtime (hosts run them too, as
 `python3 -m zenvllm.runtime`), `render` and `build` in image, `bench` in bench
-(commands_bench, which sends `--embed` to commands_embed).
+(commands_bench, one entry for a model of either kind: bench/kinds.py).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from support.tiny_model import ensure_tiny_model
 
 from zenvllm.bench import guard
 from zenvllm.bench.catalogue import STOCK_DTYPE
-from zenvllm.bench.commands_bench import dtypes
+from zenvllm.bench.generation import dtypes
 from zenvllm.core.topology import read_host
 
 pytestmark = pytest.mark.bench

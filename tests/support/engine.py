@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from zenvllm.bench.runner import CONTAINER_USER
+from zenvllm.bench.servers import CONTAINER_USER
 from zenvllm.core import compile_cache
 from zenvllm.core.errors import UserError
 from zenvllm.core.topology import format_cpu_list
@@ -191,7 +191,7 @@ CACHE_MOUNT = compile_cache.CONTAINER_DIR
 
 def for_the_image_user(path: Path | str) -> Path:
     """`path` made (with its parents) and owned by the image's user, as the instances
-    role and the bench make the directories a container writes (runner.CONTAINER_USER)."""
+    role and the bench make the directories a container writes (servers.CONTAINER_USER)."""
     made = Path(path)
     made.mkdir(parents=True, exist_ok=True)
     os.chown(made, *CONTAINER_USER)

@@ -19,13 +19,14 @@ from hypothesis import strategies as st
 from zenvllm.bench import (
     catalogue,
     check,
-    commands_bench,
     document,
+    generation,
     launch,
     layouts,
     report,
     results,
     roofline,
+    tables,
     workloads,
 )
 from zenvllm.core.container import container_of
@@ -244,7 +245,7 @@ def test_stock_is_what_vllms_docs_give():
 )
 def test_stock_dtype_plan_gives_stock_the_planners_dtype(fixture, asked, stock, plan):
     on = host(fixture)
-    assert commands_bench.dtypes(asked, on) == (stock, plan)
+    assert generation.dtypes(asked, on) == (stock, plan)
     (config, *_), _ = layouts.resolve(["stock"], on, TINY, 8401, 512, stock_dtype=stock)
     argv = launch.server_launch(config.servers[0], bench_settings(), "r1").argv
     assert argv[argv.index("--dtype") + 1] == stock
@@ -370,14 +371,14 @@ def test_summary_is_median_and_spread_and_ratio_to_stock():
     assert summaries["stock"].ratio == 1.0
     assert summaries["auto"].ratio == 1.5
     assert summaries["single"].ratio == 0.75
-    v = results.verdict(list(summaries.values()), configs)
+    v = document.verdict(list(summaries.values()), configs)
     assert v["meets_acceptance"] and v["planner_is_best_layout"] and v["best_layout"] == "auto"
 
 
 def test_verdict_says_when_the_planner_is_not_best():
     configs = sample_configs()
     runs = runs_of("stock", [400]) + runs_of("single", [500]) + runs_of("auto", [480])
-    v = results.verdict(results.summarize(runs, configs), configs)
+    v = document.verdict(results.summarize(runs, configs), configs)
     assert not v["meets_acceptance"] and not v["planner_is_best_layout"]
     assert v["best_layout"] == "single" and v["planner_ratio"] == 1.2
 
@@ -418,7 +419,7 @@ def test_tables_are_shaped_like_amds():
     configs = sample_configs()
     doc = result_doc(configs, runs_of("stock", [400, 420, 380]) + runs_of("auto", [700, 560, 600]))
     summaries = [results.Summary(**s) for s in doc["summary"]]
-    amd = report.amd_table(summaries, "tiny-llama").splitlines()
+    amd = tables.amd_table(summaries, "tiny-llama").splitlines()
     assert amd[0] == "| Model | stock | auto | autovsstock |"
     assert amd[2] == "| tiny-llama | 400 | 600 | 1.500 |"
     text = report.markdown(doc)

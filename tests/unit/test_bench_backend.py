@@ -59,7 +59,7 @@ def test_the_profiler_argument_is_one_json_value():
 
 
 def test_check_refuses_a_run_whose_zen_did_not_run_and_the_table_says_what_ran():
-    from zenvllm.bench import check, report
+    from zenvllm.bench import recompute, tables
 
     rows = backend.parse_table(TABLE.read_text())
     configs = [
@@ -77,11 +77,11 @@ def test_check_refuses_a_run_whose_zen_did_not_run_and_the_table_says_what_ran()
         },
         {"name": "llamacpp", "target": "llamacpp"},
     ]
-    assert check.backend_problems(configs) == [
+    assert recompute.backend_problems(configs) == [
         "zen-single: its zen acceleration did not run (platform CpuPlatform, 0 calls of its "
         "operators): not a measurement of that target"
     ]
-    table = report.ran_table(configs).splitlines()
+    table = tables.ran_table(configs).splitlines()
     assert table[-2] == (
         "| zen-auto | ZenCpuPlatform | active (144 calls) | zentorch::zentorch_linear_unary "
         "(144) | 52 s (cold) | 27.7 s (warm) |"

@@ -17,8 +17,10 @@ from zenvllm.bench import (
     commands_bench,
     document,
     flags,
+    generation,
     layouts,
     metrics,
+    recompute,
     report,
     results,
     roofline,
@@ -127,7 +129,7 @@ def test_the_option_sets_the_prompts_and_zero_turns_batch1_off():
 
     def workload(*argv: str) -> workloads.Workload:
         request = flags.request_of(vars(parser.parse_args(["bench", *argv])))
-        return commands_bench.workload_from(request.quick, request.workload_overrides())
+        return generation.workload_from(request.quick, request.workload_overrides())
 
     assert workload("--model", "/m", "--quick", "--batch1-prompts", "0").batch1_prompts == 0
     assert workload("--model", "/m").batch1_prompts == workloads.FULL.batch1_prompts
@@ -290,8 +292,8 @@ def test_a_tampered_verdict_cannot_pass_acceptance(tmp_path):
 def test_the_recorded_runs_pass_with_every_verdict_derived_again(name):
     out = DOCS / name
     result = json.loads((out / "results.json").read_text())
-    derived = check.recompute.derive(result)
-    assert check.recompute.problems(result, derived) == []
+    derived = document.derive(result)
+    assert recompute.problems(result, derived) == []
     assert check.check_outputs(out) == []
 
 

@@ -16,16 +16,19 @@ from test_pooling import BERT, ST_MODULES, encoder_dir
 
 from zenvllm.bench import (
     check,
-    embed_configs,
-    embed_report,
-    embed_results,
-    embed_workload,
+    document,
+    kinds,
     launch,
     layouts,
+    pooling,
+    report,
+    results,
     to_onnx,
+    workloads,
 )
-from zenvllm.bench.embed_results import EmbedClient
-from zenvllm.bench.embed_workload import EmbedWorkload
+from zenvllm.bench.catalogue import POOLING_SPECS
+from zenvllm.bench.results import PoolingClient
+from zenvllm.bench.workloads import PoolingWorkload
 from zenvllm.core.cores import usable_cores
 from zenvllm.core.errors import UserError
 from zenvllm.core.host import MIB
@@ -59,7 +62,7 @@ def encoder(tmp_path):
 
 
 def test_the_default_workload_is_128_token_inputs_in_batches_of_1_8_and_32():
-    w = EmbedWorkload()
+    w = PoolingWorkload()
     w.check(256)
     assert (w.input_len, w.batch_sizes, w.concurrency) == (128, (1, 8, 32), 4)
     assert [w.requests(b) for b in w.batch_sizes] == [512, 64, 16]
@@ -79,34 +82,34 @@ def test_the_default_workload_is_128_token_inputs_in_batches_of_1_8_and_32():
 )
 def test_a_workload_that_cannot_run_whole_batches_is_refused(change, says):
     with pytest.raises(UserError, match=says):
-        replace(EmbedWorkload(), **change).check(256)
+        replace(PoolingWorkload(), **change).check(256)
 
 
 def test_batch_sizes_are_read_once_each_and_refused_by_value():
-    assert embed_workload.parse_batch_sizes("1,8,32,8") == (1, 8, 32)
+    assert workloads.parse_batch_sizes("1,8,32,8") == (1, 8, 32)
     for bad in ("0,8", "a", "", "8192"):
         with pytest.raises(UserError, match="--batch-sizes"):
-            embed_workload.parse_batch_sizes(bad)
+            workloads.parse_batch_sizes(bad)
 
 
 def test_requests_and_concurrency_split_over_the_clients_of_a_layout():
-    w = EmbedWorkload(concurrency=5)
-    mine = embed_workload.shares(w, 32, 2)
+    w = PoolingWorkload(concurrency=5)
+    mine = w.shares(32, 2)
     assert [(s.requests, s.concurrency, s.inputs) for s in mine] == [(8, 3, 256), (8, 2, 256)]
     assert [s.seed for s in mine] == [0, 1]  # each client its own inputs
     with pytest.raises(UserError, match="3 instances need"):
-        embed_workload.shares(replace(w, concurrency=2), 1, 3)
+        replace(w, concurrency=2).shares(1, 3)
 
 
 def test_vllm_and_infinity_are_asked_by_vllms_own_client_at_their_endpoints():
-    share = embed_workload.Share(batch=8, requests=64, concurrency=4, input_len=128, seed=1000)
-    args = embed_workload.client_args("http://127.0.0.1:8901", "vllm", share, "/r", "x.json")
+    share = workloads.BatchShare(batch=8, requests=64, concurrency=4, input_len=128, seed=1000)
+    args = launch.embedding_args("http://127.0.0.1:8901", "vllm", share, "/r", "x.json")
     assert args[:2] == ["bench", "serve"]
     pairs = dict(zip(args[2::2], args[3::2], strict=False))
     assert pairs["--backend"] == "openai-embeddings" and pairs["--endpoint"] == "/v1/embeddings"
     assert pairs["--random-batch-size"] == "8" and pairs["--num-prompts"] == "512"
     assert pairs["--max-concurrency"] == "4" and pairs["--seed"] == "1000"
-    peer = embed_workload.client_args("http://127.0.0.1:8901", "infinity", share, "/r", "x.json")
+    peer = launch.embedding_args("http://127.0.0.1:8901", "infinity", share, "/r", "x.json")
     assert "infinity-embeddings" in peer and "/embeddings" in peer
     assert "--save-detailed" in peer  # every request's latency and error kept
 
@@ -118,8 +121,9 @@ def test_stock_the_planner_and_infinity_on_a_two_socket_host(encoder):
     model = read_model(encoder)
     assert model.runner == POOLING
     fixture = host("epyc-9354-2s-smt")
-    configs, _ = embed_configs.resolve(
-        list(embed_configs.CONFIGS), fixture, model, 8901, 256, "mean"
+    names = pooling.parse_configs(None)
+    configs, _ = layouts.resolve(
+        names, fixture, model, 8901, 256, specs=POOLING_SPECS, pooling="mean"
     )
     stock, auto, peer = configs
     assert stock.servers[0].serve_args == ("--runner", "pooling") and stock.shape == "1 x all CPUs"
@@ -132,22 +136,20 @@ def test_stock_the_planner_and_infinity_on_a_two_socket_host(encoder):
     assert args[args.index("--pooling-method") + 1] == "mean"
     every = {c for ids in usable_cores(fixture).values() for core in ids for c in core}
     assert set(layouts.cpu_ids(peer.servers[0].cpus)) == every  # all usable CPUs
-    assert (
-        embed_configs.client_kind(peer) == "infinity" and embed_configs.client_kind(auto) == "vllm"
-    )
+    assert pooling.client_kind(peer) == "infinity" and pooling.client_kind(auto) == "vllm"
 
 
 def test_the_configurations_are_named_and_stock_is_required():
-    assert embed_configs.parse_configs(None) == ["stock", "auto", "infinity"]
-    assert embed_configs.parse_configs("stock,infinity,stock") == ["stock", "infinity"]
+    assert pooling.parse_configs(None) == ["stock", "auto", "infinity"]
+    assert pooling.parse_configs("stock,infinity,stock") == ["stock", "infinity"]
     with pytest.raises(UserError, match="not an embedding configuration"):
-        embed_configs.parse_configs("stock,llamacpp")
+        pooling.parse_configs("stock,llamacpp")
     with pytest.raises(UserError, match="include 'stock'"):
-        embed_configs.parse_configs("auto,infinity")
+        pooling.parse_configs("auto,infinity")
 
 
 def test_infinity_serves_the_onnx_directory_under_the_clients_model_name():
-    server = embed_configs.infinity_server(host("test-machine-zen4-2cpu"), 8903, "mean")
+    server = layouts.infinity_server(host("test-machine-zen4-2cpu"), 8903, "mean")
     argv = launch.infinity_launch(server, "zenvllm/infinity:0.0.78", Path("/c/onnx/m"), "r1").argv
     assert argv[:2] == ["run", "-d"] and "--cap-drop" in argv and "/c/onnx/m:/model:ro" in argv
     tail = argv[argv.index("zenvllm/infinity:0.0.78") :]
@@ -194,37 +196,37 @@ def result_file(latencies_s: list[float], batch: int, tokens_each: int = 128, er
 
 
 def test_a_result_file_is_read_and_a_lost_request_counts_as_failed():
-    got = embed_results.parse_result(result_file([0.1, 0.2, 0.3, 0.4], 8), "f", 100.0, 4)
+    got = results.parse_pooling_result(result_file([0.1, 0.2, 0.3, 0.4], 8), "f", 100.0, 4)
     assert (got.completed, got.failed, got.inputs, got.input_tokens) == (4, 0, 32, 4096)
     assert got.latencies_ms == (100.0, 200.0, 300.0, 400.0)
-    lost = embed_results.parse_result(
+    lost = results.parse_pooling_result(
         result_file([0.1, 0.2, 0.3], 8, errors=["", "", "boom"]), "f", 1, 3
     )
     assert (lost.completed, lost.failed) == (2, 1)
     with pytest.raises(ValueError, match="not an embedding result"):
-        embed_results.parse_result({"completed": 1}, "f", 1, 1)
+        results.parse_pooling_result({"completed": 1}, "f", 1, 1)
 
 
 def test_percentiles_are_numpys_linear_ones_as_vllms_client_computes_them():
     values = [3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0]
     inclusive = statistics.quantiles(values, n=100, method="inclusive")
     for p in (50, 90, 99):
-        assert embed_results.percentile(values, p) == pytest.approx(inclusive[p - 1])
-    assert embed_results.percentile([7.0], 99) == 7.0
+        assert results.percentile(values, p) == pytest.approx(inclusive[p - 1])
+    assert results.percentile([7.0], 99) == 7.0
 
 
-def client(end: float, duration: float = 2.0, latencies=(10.0, 20.0), inputs=64) -> EmbedClient:
-    return EmbedClient(len(latencies), 0, inputs, inputs * 128, duration, tuple(latencies), end)
+def client(end: float, duration: float = 2.0, latencies=(10.0, 20.0), inputs=64) -> PoolingClient:
+    return PoolingClient(len(latencies), 0, inputs, inputs * 128, duration, tuple(latencies), end)
 
 
 def test_clients_fold_into_one_run_over_the_span_of_all_of_them():
-    run = embed_results.combine("auto", 8, 1, [client(100.0), client(101.0)], 0.5, 4)
+    run = results.combine_batch("auto", 8, 1, [client(100.0), client(101.0)], 0.5, 4)
     assert run.window_s == 3.0 and run.inputs == 128 and run.inputs_s == round(128 / 3.0, 2)
     assert run.tokens_s == round(128 * 128 / 3.0, 1) and run.clients == 2
     assert run.p50_ms == 15.0 and run.mean_ms == 15.0
 
 
-def sample_runs(rates: dict[str, float]) -> list[embed_results.EmbedRun]:
+def sample_runs(rates: dict[str, float]) -> list[results.PoolingRun]:
     runs = []
     for name, rate in rates.items():
         for batch in (1, 8):
@@ -232,7 +234,7 @@ def sample_runs(rates: dict[str, float]) -> list[embed_results.EmbedRun]:
                 window = round(512 / (rate * batch**0.5 * spread), 4)
                 latencies = tuple((40.0 + i % 7) * batch / rate for i in range(512 // batch))
                 found = [client(100.0, window, latencies, inputs=512)]
-                runs.append(embed_results.combine(name, batch, repeat, found, 0.1, 4))
+                runs.append(results.combine_batch(name, batch, repeat, found, 0.1, 4))
     return runs
 
 
@@ -243,15 +245,17 @@ MINILM = Model(
 
 def sample_configs():
     fixture = host("test-machine-zen4-2cpu")
-    names = list(embed_configs.CONFIGS)
-    configs, _ = embed_configs.resolve(names, fixture, MINILM, 8901, 256, "mean")
+    names = list(POOLING_SPECS)
+    configs, _ = layouts.resolve(
+        names, fixture, MINILM, 8901, 256, specs=POOLING_SPECS, pooling="mean"
+    )
     return configs
 
 
 def test_summaries_ratios_and_the_planners_quotients_follow_from_the_runs():
     configs = sample_configs()
     runs = sample_runs({"stock": 50.0, "auto": 60.0, "infinity": 40.0})
-    rows = embed_results.summarize(runs, configs)
+    rows = results.summarize_batches(runs, configs)
     assert [(s.config, s.batch) for s in rows][:2] == [("stock", 1), ("stock", 8)]
     by = {(s.config, s.batch): s for s in rows}
     auto = by["auto", 8]
@@ -259,7 +263,7 @@ def test_summaries_ratios_and_the_planners_quotients_follow_from_the_runs():
         statistics.median(r.inputs_s for r in runs if r.config == "auto" and r.batch == 8), 1
     )
     assert auto.ratio == round(auto.inputs_s / by["stock", 8].inputs_s, 3)
-    over = embed_results.planner_over(rows)
+    over = document.planner_over(rows)
     assert [(r["other"], r["batch"]) for r in over] == [
         ("stock", 1),
         ("stock", 8),
@@ -267,12 +271,12 @@ def test_summaries_ratios_and_the_planners_quotients_follow_from_the_runs():
         ("infinity", 8),
     ]
     assert over[3]["inputs"] == round(auto.inputs_s / by["infinity", 8].inputs_s, 3)
-    assert embed_results.best_per_batch(rows) == {"1": "auto", "8": "auto"}
+    assert document.best_per_batch(rows) == {"1": "auto", "8": "auto"}
 
 
 def write_sample(tmp_path: Path) -> dict:
     configs = sample_configs()
-    w = EmbedWorkload(batch_sizes=(1, 8), repeats=2)
+    w = PoolingWorkload(batch_sizes=(1, 8), repeats=2)
     meta = {
         "host": "AMD EPYC (Zen 4), 2 CPUs",
         "cpu": "AMD EPYC (Zen 4) (cpu family 25, model 17)",
@@ -290,10 +294,10 @@ def write_sample(tmp_path: Path) -> dict:
         c.name: {"start": {"ready_s": 30.0}, "serves": "x", "cosine_to_stock": 0.99998}
         for c in configs
     }
-    result = embed_report.result_document(
+    result = document.pooling_document(
         meta, configs, {"vllm-openai": "v", "infinity": "i"}, runs, facts
     )
-    embed_report.write_outputs(result, tmp_path, plots=True)
+    report.write_outputs(result, tmp_path, plots=True)
     return result
 
 
@@ -376,25 +380,29 @@ def test_real_result_files_of_vllms_client_are_read_as_it_computed_them(name, ba
     """Files `vllm bench serve` wrote against stock vLLM (openai-embeddings, 4 requests of
     8 inputs) and infinity (infinity-embeddings, 32 of 1): our percentiles are its own."""
     data = json.loads((FIXTURES / "bench" / name).read_text())
-    got = embed_results.parse_result(data, name, 100.0, requests)
+    got = results.parse_pooling_result(data, name, 100.0, requests)
     assert (got.completed, got.failed, got.inputs) == (requests, 0, requests * batch)
     assert got.input_tokens == requests * batch * 32  # the --quick run's 32-token inputs
-    for p in embed_workload.PERCENTILES:
-        mine = embed_results.percentile(got.latencies_ms, p)
+    for p in workloads.PERCENTILES:
+        mine = results.percentile(got.latencies_ms, p)
         assert mine == pytest.approx(data[f"p{p}_e2el_ms"], rel=1e-9)
-    run = embed_results.combine("x", batch, 1, [got], 0.0, 4)
+    run = results.combine_batch("x", batch, 1, [got], 0.0, 4)
     assert run.inputs_s == round(requests * batch / round(data["duration"], 4), 2)
 
 
 def test_the_embedding_runs_meta_is_made_from_its_own_settings(tmp_path):
-    """run_meta reads only what both benches' settings hold (the dtypes are the
-    generation bench's: reading them here failed an embedding run at its very end)."""
-    from zenvllm.bench import embed_runner
+    """An embedding run's meta is every run's (run_meta) and its kind's: the dtypes are a
+    generating model's (reading them as the embedding bench's failed a run at its very
+    end, before the one Settings held them)."""
+    from zenvllm.bench.measuring import Settings
     from zenvllm.bench.meta import run_meta
 
-    settings = embed_runner.Settings(
-        model_dir=tmp_path, model_name="m", images={}, workload=EmbedWorkload(),
+    settings = Settings(
+        model_dir=tmp_path, model_name="m", images={}, workload=PoolingWorkload(),
         max_model_len=512, out_dir=tmp_path, onnx_dir=None, host_label="h",
     )  # fmt: skip
-    said = run_meta(settings, "run", 0.0, (0.0, 0.0, 0.0), [])
+    said = {
+        **run_meta(settings, "run", 0.0, (0.0, 0.0, 0.0), []),
+        **kinds.POOLING_KIND.meta(settings),
+    }
     assert said["model"] == "m" and "stock_dtype" not in said

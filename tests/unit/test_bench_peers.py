@@ -163,12 +163,12 @@ def test_near_best_ranks_the_planner_among_configurations_of_the_same_weights():
         summary("llamacpp", 125, ttft=40, tpot=16),
         summary("llamacpp-q8", 300),  # half the bytes per step: not the same weights
     ]
-    v = results.verdict(rows, configs)
+    v = document.verdict(rows, configs)
     assert v["best_same_weights"] == "llamacpp"
     assert v["planner_vs_best"] == round(120 / 125, 3) and v["near_best"] is True
-    v = results.verdict([*rows[:4], summary("llamacpp", 130), rows[5]], configs)
+    v = document.verdict([*rows[:4], summary("llamacpp", 130), rows[5]], configs)
     assert v["planner_vs_best"] == round(120 / 130, 3) and v["near_best"] is False
-    peers_ = {r["peer"]: r for r in results.peer_ratios(rows, configs)}
+    peers_ = {r["peer"]: r for r in document.peer_ratios(rows, configs)}
     assert set(peers_) == {"stock", "vllm-dp", "llamacpp", "llamacpp-q8"}
     assert peers_["llamacpp"] == {"peer": "llamacpp", "output": 0.96, "ttft": 2.0, "tpot": 0.5}
 

@@ -14,8 +14,8 @@ from support.tiny_model import ensure_tiny_model
 
 from zenvllm.bench import (
     check,
-    commands_bench,
     document,
+    generation,
     launch,
     layouts,
     report,
@@ -33,7 +33,7 @@ MILAN = read_host(FIXTURES / "vm-milan-8vcpu-avx2")
 
 def copies(*formats: str) -> tuple[layouts.Weights, ...]:
     specs = [f"{fmt}={ensure_quant_model(fmt=fmt)}" for fmt in formats]
-    return commands_bench.weights_copies(specs, ensure_tiny_model())
+    return generation.weights_copies(specs, ensure_tiny_model())
 
 
 def sweep(host=ZEN4, formats=("w8a8", "awq")):
@@ -55,8 +55,8 @@ def test_each_copy_is_the_planners_layout_served_from_its_own_directory():
         )
         argv = launch.server_launch(config.servers[0], settings, "r").argv
         assert f"{ensure_quant_model(fmt=fmt)}:{layouts.MODEL_MOUNT}:ro" in " ".join(argv)
-        assert not results.same_weights(config)  # fewer bytes per step: not ranked with auto
-    assert results.same_weights(configs[1])
+        assert not document.same_weights(config)  # fewer bytes per step: not ranked with auto
+    assert document.same_weights(configs[1])
 
 
 def test_every_planner_layout_asked_for_is_planned_for_each_copy_alike_ones_once():
@@ -96,24 +96,24 @@ def test_a_copy_this_cpu_cannot_serve_is_skipped_with_the_reason():
 )
 def test_a_bad_weights_option_is_refused_by_name(spec, says):
     with pytest.raises(UserError, match=says):
-        commands_bench.weights_copies([spec], ensure_tiny_model())
+        generation.weights_copies([spec], ensure_tiny_model())
 
 
 def test_a_copy_must_be_the_same_model_and_named_once():
     bench_shape = ensure_tiny_model(shape="bench")
     with pytest.raises(UserError, match=r"not a copy of --model tiny-llama \(hidden_size 512 vs"):
-        commands_bench.weights_copies([f"other={bench_shape}"], ensure_tiny_model())
+        generation.weights_copies([f"other={bench_shape}"], ensure_tiny_model())
     twice = [f"a={ensure_quant_model(fmt='awq')}", f"a={ensure_quant_model(fmt='gptq')}"]
     with pytest.raises(UserError, match="a is given twice"):
-        commands_bench.weights_copies(twice, ensure_tiny_model())
+        generation.weights_copies(twice, ensure_tiny_model())
 
 
 def test_a_quantized_model_leaves_the_llamacpp_peers_out_with_a_note():
     model = read_model(ensure_quant_model(fmt="awq"))
-    names, notes = commands_bench.peers_for(["stock", "auto", "llamacpp", "llamacpp-q8"], model)
+    names, notes = generation.peers_for(["stock", "auto", "llamacpp", "llamacpp-q8"], model)
     assert names == ["stock", "auto"] and len(notes) == 2 and "AWQ INT4" in notes[0]
     bf16 = read_model(ensure_tiny_model())
-    assert commands_bench.peers_for(["stock", "llamacpp"], bf16) == (["stock", "llamacpp"], [])
+    assert generation.peers_for(["stock", "llamacpp"], bf16) == (["stock", "llamacpp"], [])
 
 
 def test_docker_stats_memory_is_summed_in_mib():

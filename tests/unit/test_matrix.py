@@ -90,7 +90,7 @@ def test_parse_pins_rejects_bad_syntax():
 def test_the_images_user_is_the_one_deployments_run_as():
     """build.yaml makes the image's user; the request runs containers as it (--user), and
     the bench chowns its directories to it: one uid, checked here."""
-    from zenvllm.bench.runner import CONTAINER_USER
+    from zenvllm.bench.servers import CONTAINER_USER
     from zenvllm.core.request import DEFAULT
 
     uid = render.load_config()["defaults"]["user"]["uid"]

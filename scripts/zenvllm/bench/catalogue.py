@@ -1,6 +1,7 @@
-"""The benchmark's catalogue: every configuration `zenvllm bench --configs` can name,
-before it meets a host (bench/layouts.py resolves each on the host), and the goals a
-run is checked against. Pure data."""
+"""The benchmark's catalogue: every configuration `zenvllm bench --configs` can name for
+each model kind (a generating model's; a pooling model's), before it meets a host
+(bench/layouts.py resolves each on the host), and the goals a run is checked against.
+Pure data."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ STOCK_SHM = "4g"
 STOCK_DTYPE = "bfloat16"
 STOCK = "stock"
 PLANNER = "auto"  # the configuration that is the planner's own choice
+INFINITY = "infinity"  # a pooling model's peer: infinity-emb's server
 ACCEPTANCE_RATIO = 1.3  # the goal: the planner's layout >= 1.3x stock output throughput
 NEAR_BEST = 0.95  # the goal: the planner's layout >= 0.95x the best that serves the same weights
 # What a user would run instead of zenvllm: vLLM's own parallel sizes as its CPU guide
@@ -36,7 +38,7 @@ class Spec:
 
     name: str
     # stock | plan | dp, tp or pp (vLLM's own parallel over the plan's slices: RANK_FLAGS)
-    # | llamacpp | gateway
+    # | llamacpp | gateway | infinity
     kind: str
     summary: str
     target: str = "vllm-openai"  # the image (a peer's own for llamacpp)
@@ -121,3 +123,19 @@ CATALOGUE = (
 )
 SPECS = {s.name: s for s in CATALOGUE}
 QUICK_CONFIGS = (STOCK, PLANNER, "vllm-dp", "llamacpp", "gateway")
+
+# A pooling model's: stock vLLM with its runner named (vLLM's pooling docs' flag), the
+# planner's plan for the pooling model (its containers get --runner=pooling from the
+# launcher), and infinity-emb as its docs run it on a CPU (bench/layouts.py's
+# infinity_server) over the same weights exported to ONNX.
+POOLING_CATALOGUE = (
+    Spec(STOCK, "stock", "vLLM's docs: one container, all CPUs, default env, --runner pooling"),
+    Spec(PLANNER, "plan", "planner's auto layout for the pooling model"),
+    Spec(
+        INFINITY,
+        "infinity",
+        "infinity-emb's server, ONNX engine (its CPU advice) on the same weights as ONNX",
+        target=INFINITY,
+    ),
+)
+POOLING_SPECS = {s.name: s for s in POOLING_CATALOGUE}

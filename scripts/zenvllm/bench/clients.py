@@ -1,6 +1,7 @@
 """The bench's clients: `vllm bench serve` runs from vLLM's image, one per endpoint at
-once, their result files parsed (bench/results.py), and what servers say of themselves
-(llama-server's token counter, an endpoint's model name).
+once, for either model kind; their result files read (a generating model's parsed here,
+bench/results.py), and what servers say of themselves (llama-server's token counter,
+an endpoint's model name).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import json
 import selectors
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -169,6 +171,23 @@ class ClientPool:
                     pipe.close()
 
 
+def run_pass(
+    pool: ClientPool, count: int, args_of: Callable[[int, str], list[str]], stem: str
+) -> list[tuple[Path, Any]]:
+    """One `vllm bench serve` pass on each of `count` clients, all at once: client i runs
+    args_of(i, its result file's name), stem-client{i}.json, and logs to
+    stem-client{i}.log. Each result file read, in client order, once every pass ended
+    (so no client's answer is left for its next pass to read)."""
+    names = []
+    for i in range(count):
+        result_name = f"{stem}-client{i}.json"
+        pool.ask(i, args_of(i, result_name), f"{stem}-client{i}.log")
+        names.append(result_name)
+    deadline = time.monotonic() + pool.clients.timeout_s
+    codes = [pool.answer(i, deadline) for i in range(count)]  # every answer read, then judged
+    return [client_result(pool.clients.result_dir, n, c) for n, c in zip(names, codes, strict=True)]
+
+
 def run_clients(
     pool: ClientPool,
     endpoints: list[tuple[str, str]],  # (base URL, served model name), one client each
@@ -176,44 +195,22 @@ def run_clients(
     stem: str,
     server_counts: bool = False,
 ) -> list[results.ClientResult]:
-    """One `vllm bench serve` pass per endpoint, all at once; their result files parsed.
+    """A generating model's pass: one client per endpoint; their result files parsed.
     `server_counts`: output tokens as the server counted them (llama.cpp)."""
-    result_dir = pool.clients.result_dir
     before = [tokens_predicted(url) for url, _ in endpoints] if server_counts else []
-    names = []
-    for i, ((url, served), share) in enumerate(zip(endpoints, shares, strict=True)):
-        result_name = f"{stem}-client{i}.json"
-        args = launch.client_args(url, served, share, "/results", result_name, server_counts)
-        pool.ask(i, args, f"{stem}-client{i}.log")
-        names.append(result_name)
-    deadline = time.monotonic() + pool.clients.timeout_s
+
+    def args_of(i: int, result_name: str) -> list[str]:
+        url, served = endpoints[i]
+        return launch.client_args(url, served, shares[i], "/results", result_name, server_counts)
+
     parsed = []
-    for i, name in enumerate(names):
-        path, data = client_result(result_dir, name, pool.answer(i, deadline))
+    for i, (path, data) in enumerate(run_pass(pool, len(endpoints), args_of, stem)):
         result = results.parse_client_result(data, str(path), path.stat().st_mtime)
         if server_counts:
             made = tokens_predicted(endpoints[i][0]) - before[i]
             result = results.counted_by_server(result, data, str(path), made, shares[i].output_len)
         parsed.append(result)
     return parsed
-
-
-def finished(
-    procs: list[tuple[subprocess.Popen[bytes], str]], result_dir: Path, timeout_s: float
-) -> list[tuple[Path, Any]]:
-    """Each client's result file (named in `procs`, under `result_dir`) read through the
-    gate, in launch order, once its client exits: a client past the run's deadline is
-    killed, a failed one or one without its file raises with its log's last lines."""
-    deadline = time.monotonic() + timeout_s
-    done = []
-    for proc, name in procs:
-        try:
-            code = proc.wait(timeout=max(1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise RuntimeError(f"{name}: client ran over {timeout_s:.0f} s") from None
-        done.append(client_result(result_dir, name, code))
-    return done
 
 
 def client_result(result_dir: Path, name: str, code: int | None) -> tuple[Path, Any]:

@@ -1,27 +1,22 @@
-"""`zenvllm bench`: stock vLLM against the planner's layouts, measured by `vllm bench serve`."""
+"""`zenvllm bench`: stock vLLM against the planner's layouts and the peers, measured by
+`vllm bench serve`, for a model of either kind (bench/kinds.py): the command's one entry
+point; its flags are bench/flags.py's. What every kind shares before the runner does:
+the images, compiled or eager, the gateway, the peers' files (GGUF, ONNX), the
+settings."""
 
 from __future__ import annotations
 
 import argparse
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from zenvllm.bench import (
-    bandwidth,
-    catalogue,
-    commands_embed,
-    flags,
-    gateway,
-    layouts,
-    metrics,
-    report,
-    runner,
-    workloads,
-)
+from zenvllm.bench import flags, gateway, kinds, layouts, metrics, report, runner, to_onnx
+from zenvllm.bench.catalogue import INFINITY
 from zenvllm.bench.gateway import Deployment
+from zenvllm.bench.kinds import Kind
+from zenvllm.bench.measuring import Settings
 from zenvllm.bench.preflight import (
     checked_paths,
     default_image,
@@ -30,107 +25,30 @@ from zenvllm.bench.preflight import (
     image_present,
     print_plan,
 )
-from zenvllm.bench.roofline import Bandwidth
-from zenvllm.core import gate
+from zenvllm.bench.servers import CONTAINER_USER, say
+from zenvllm.bench.workloads import AnyWorkload
 from zenvllm.core.container import EAGER_PIPELINE
 from zenvllm.core.cores import usable_cores
-from zenvllm.core.dtype import serving_dtype
 from zenvllm.core.errors import UserError
 from zenvllm.core.host import Host
-from zenvllm.core.model import Model, read_model
-from zenvllm.core.topology import read_host
+from zenvllm.core.model import read_model
 from zenvllm.deploy.playbooks import BENCH_EXTRA
 from zenvllm.image import baseimage, peers, render
 
-DEFAULT_MAX_MODEL_LEN = 512
-
-
-def workload_from(quick: bool, overrides: Mapping[str, int]) -> workloads.Workload:
-    """--quick's workload or the full one, with the workload flags given over it."""
-    base = workloads.QUICK if quick else workloads.FULL
-    fields: dict[str, Any] = dict(overrides)  # mypy checks ** against every field's type
-    return replace(base, **fields)
-
-
-SHAPE_KEYS = (
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "intermediate_size",
-    "vocab_size",
-)
-WEIGHTS_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,31}")
-
-
-def model_shape(model_dir: Path) -> dict[str, Any]:
-    config = gate.read_json(model_dir / "config.json", gate.DOCUMENT, "fix the model's config")
-    return {k: config.get(k) for k in SHAPE_KEYS}  # read_model checked it is an object
-
-
-def weights_copies(specs: Sequence[str], model_dir: Path) -> tuple[layouts.Weights, ...]:
-    """--weights NAME=DIR: other copies of --model's weights (same shape, same tokenizer),
-    each measured as <layout>-NAME beside the planner's layouts on --model."""
-    copies: list[layouts.Weights] = []
-    for spec in specs:
-        name, sep, path = spec.partition("=")
-        if not sep or not WEIGHTS_NAME.fullmatch(name):
-            raise UserError(
-                f"--weights {spec}: give NAME=DIR, NAME in lowercase letters, digits and "
-                "dashes (e.g. --weights int8=/models/m-w8a8)"
-            )
-        if name in {c.name for c in copies}:
-            raise UserError(f"--weights {spec}: {name} is given twice; name each copy once")
-        directory = gate.resolved(Path(path), f"--weights {spec}", "give a model's directory")
-        if not directory.is_dir():
-            raise UserError(f"--weights {spec}: {directory} is not a directory; give a model's")
-        copy = read_model(directory)
-        theirs, ours = model_shape(directory), model_shape(model_dir)
-        if theirs != ours:
-            differ = [f"{k} {theirs[k]} vs {ours[k]}" for k in SHAPE_KEYS if theirs[k] != ours[k]]
-            raise UserError(
-                f"--weights {spec}: not a copy of --model {model_dir.name} ({', '.join(differ)}); "
-                "the comparison needs the same model in other weights"
-            )
-        copies.append(layouts.Weights(name, str(directory), copy))
-    return tuple(copies)
-
-
-def dtypes(stock: str, host: Host) -> tuple[str, str]:
-    """(stock's dtype, the planner's) on this host: --stock-dtype plan gives stock the
-    dtype the planner serves (core/dtype.py), so the two differ in their layout alone."""
-    plan = serving_dtype(host).dtype
-    return (plan if stock == "plan" else stock), plan
-
-
-def peers_for(names: list[str], model: Model) -> tuple[list[str], list[str]]:
-    """llama.cpp's configurations convert bf16 safetensors: a quantized --model has none."""
-    if model.quantization is None:
-        return names, []
-    llamacpp = [n for n in names if catalogue.SPECS[n].kind == "llamacpp"]
-    notes = [
-        f"{n}: skipped: --model holds {model.quantization.label} weights; the llama.cpp "
-        "peer converts bf16 weights to GGUF (bench the bf16 model with --weights NAME=DIR)"
-        for n in llamacpp
-    ]
-    return [n for n in names if n not in llamacpp], notes
-
 
 def run(args: argparse.Namespace) -> int:
-    """The command's entry point: its flags, read once into a request, then the bench:
-    the embedding bench with --embed (bench/commands_embed.py), else this one."""
+    """The command's entry point: its flags, read once into a request, then the bench of
+    the model's kind (bench/kinds.py: a pooling model's, or --embed's; else a generating
+    model's): its configurations and workload, the images, then the one runner."""
     request = flags.request_of(vars(args))
-    if request.embed:
-        return commands_embed.run(request)
     model_dir, out_dir, compile_cache = checked_paths(request)
     model = read_model(model_dir)
-    max_len = request.max_model_len or min(DEFAULT_MAX_MODEL_LEN, model.max_model_len or 10**9)
-    workload = workload_from(request.quick, request.workload_overrides())
-    workload.check(max_len)
-    host, measured, configs, notes = configurations(request, model_dir, model, max_len)
-    images, configs = choose_images(request.images, request.dry_run, configs, notes, host)
+    kind = kinds.of_model(model, request.embed, model_dir)
+    ready = kind.prepare(request, model_dir, model)
+    host, notes = ready.host, ready.notes
+    images, configs = choose_images(request.images, request.dry_run, ready.configs, notes, host)
     stock = images["vllm-openai"]  # probed for a compiler, served by the gateway's deployment
-    workload = eager_if_needed(request.dry_run, request.compile, workload, stock, notes)
+    workload = eager_if_needed(request.dry_run, request.compile, ready.workload, stock, notes)
     configs = without_eager_pipelines(configs, workload, notes)
     gateway_url, deployment, configs = choose_gateway(
         request.gateway_flag,
@@ -141,70 +59,61 @@ def run(args: argparse.Namespace) -> int:
         model_dir,
         stock,
         workload,
-        max_len,
+        ready.max_model_len,
     )
     if request.dry_run:  # its JSON carries the notes
         return print_plan(configs, images, workload, notes)
     for note in notes:
-        runner.say(f"note: {note}")
-    stock_dtype, plan_dtype = dtypes(request.stock_dtype, host)
-    settings = runner.Settings(
+        say(f"note: {note}")
+    stock_dtype, plan_dtype = ready.dtypes
+    settings = Settings(
         model_dir=model_dir,
         model_name=model.name,
         images=images,
         workload=workload,
-        max_model_len=max_len,
+        max_model_len=ready.max_model_len,
         out_dir=out_dir,  # docker -v needs an absolute path
         gateway_url=gateway_url,
         gateway_deploy=deployment,
         start_timeout_s=request.start_timeout,
         plots=request.plots,
         host_label=describe_host(host),
+        cpu=cpu_of(host),
         notes=notes,
         weight_bytes=model.weight_bytes,
-        bandwidth=measured,
+        bandwidth=ready.bandwidth,
         host_cores=sum(len(c) for c in usable_cores(host).values()),
         gguf=convert_for_peers(configs, model_dir),
+        onnx_dir=onnx_for(configs, model_dir, images, ready.pooling),
+        infinity_version=peer_version(configs, INFINITY),
         compile_cache_dir=compile_cache,
         serve_env=dict(request.serve_env),
         restart=request.restart,
         stock_dtype=stock_dtype,
         plan_dtype=plan_dtype,
     )
-    return measure_and_report(configs, settings, request.out, request.metrics_file)
-
-
-def configurations(
-    request: flags.BenchRequest, model_dir: Path, model: Model, max_len: int
-) -> tuple[Host, Bandwidth | None, list[layouts.Configuration], list[str]]:
-    """(this host, its bandwidth, the configurations --configs and --weights name on it,
-    the notes on them)."""
-    names = layouts.parse_configs(request.configs, request.quick)
-    copies = weights_copies(request.weights, model_dir)
-    names, notes = peers_for(names, model)
-    host = read_host()
-    base, measured, calibrated = bandwidth.figures(host, model, measure=not request.dry_run)
-    stock_dtype = dtypes(request.stock_dtype, host)[0]
-    configs, resolved = layouts.resolve(
-        names, host, model, request.base_port, max_len, base, copies, stock_dtype
-    )
-    notes += [*calibrated, *resolved]
-    return host, measured, configs, notes
+    return measure_and_report(kind, configs, settings, request.out, request.metrics_file)
 
 
 def measure_and_report(
+    kind: Kind[AnyWorkload],
     configs: list[layouts.Configuration],
-    settings: runner.Settings,
+    settings: Settings[AnyWorkload],
     out: Path,
     metrics_file: Path | None,
 ) -> int:
     """Run the bench, print its table, write --metrics-file: the exit status."""
-    result, status = runner.run_bench(configs, settings)
-    print_summary(result, out)
+    result, status = runner.run_bench(kind, configs, settings)
+    print_summary(result, out, kind.plot_files)
     if metrics_file:
         metrics.write_metrics_file(metrics_file, result)
-        runner.say(f"metrics: {metrics_file}")
+        say(f"metrics: {metrics_file}")
     return status
+
+
+def cpu_of(host: Host) -> str:
+    """The CPU's name, generation, family and model, for the results."""
+    return f"{host.cpu_name} (cpu family {host.family}, model {host.cpu_model})"
 
 
 def choose_images(
@@ -214,9 +123,9 @@ def choose_images(
     notes: list[str],
     host: Host,
 ) -> tuple[dict[str, str], list[layouts.Configuration]]:
-    """Stock is the baseline, so its image must exist; without the zen or pace image or
-    the llama.cpp peer's (built for this CPU) their configurations are skipped with a note
-    rather than failing the run."""
+    """Stock is the baseline, so its image (vLLM's, which every client runs too) must
+    exist; without the zen or pace image or a peer's (llama.cpp's, built for this CPU;
+    infinity's) their configurations are skipped with a note rather than failing the run."""
     images = {"vllm-openai": tags.vllm_openai or default_image("vllm-openai")}
     if any(c.target == "zen" for c in configs):
         images["zen"] = tags.zen or default_image("zen")
@@ -227,6 +136,9 @@ def choose_images(
         images["llamacpp"] = tags.llamacpp or peers.default_tag(
             config, "llamacpp", peers.cpu_key(host.flags)
         )
+    if any(c.target == INFINITY for c in configs):
+        config = render.load_config()
+        images[INFINITY] = tags.infinity or peers.default_tag(config, INFINITY, "")
     if dry_run:  # no engine call: say what was not checked
         notes.append(f"--dry-run: images not checked ({', '.join(sorted(images.values()))})")
         return images, configs
@@ -236,18 +148,24 @@ def choose_images(
                 raise UserError(
                     f"image {tag} not found; build it with `make image` (or pass --image TAG)"
                 )
-            notes.append(
-                f"{target} configurations skipped: image {tag} not built "
-                f"(make {'peer-image' if target == 'llamacpp' else f'image TARGET={target}'})"
-            )
+            notes.append(f"{target} configurations skipped: image {tag} not built ({MAKE[target]})")
             configs = [c for c in configs if c.target != target]
     return images, configs
 
 
+# How each image that may be missing is built.
+MAKE = {
+    "zen": "make image TARGET=zen",
+    "pace": "make image TARGET=pace",
+    "llamacpp": "make peer-image",
+    INFINITY: f"make peer-image PEER={INFINITY}",
+}
+
+
 def convert_for_peers(configs: list[layouts.Configuration], model_dir: Path) -> dict[str, Path]:
     """The GGUF files the llama.cpp configurations serve, converted once and cached."""
-    kinds = sorted({s.gguf for c in configs if c.kind == "llamacpp" for s in c.servers})
-    if not kinds:
+    types = sorted({s.gguf for c in configs if c.kind == "llamacpp" for s in c.servers})
+    if not types:
         return {}
     try:  # the bench extra's packages: every other verb runs without them
         from zenvllm.bench import to_gguf
@@ -257,19 +175,37 @@ def convert_for_peers(configs: list[layouts.Configuration], model_dir: Path) -> 
             f"install the bench extra ({BENCH_EXTRA}), or leave llamacpp out of --configs"
         ) from None
     files = {}
-    for kind in kinds:
-        runner.say(f"GGUF {kind}: converting {model_dir.name} (cached after the first run)")
-        files[kind] = to_gguf.cached_gguf(model_dir, kind, baseimage.cache_dir())
+    for gguf in types:
+        say(f"GGUF {gguf}: converting {model_dir.name} (cached after the first run)")
+        files[gguf] = to_gguf.cached_gguf(model_dir, gguf, baseimage.cache_dir())
     return files
+
+
+def onnx_for(
+    configs: list[layouts.Configuration], model_dir: Path, images: dict[str, str], pooling: str
+) -> Path | None:
+    """The infinity peer's ONNX directory, exported once per model by the peer's own image."""
+    if not any(c.target == INFINITY for c in configs):
+        return None
+    say(f"ONNX: exporting {model_dir.name} for infinity (cached after the first run)")
+    uid = CONTAINER_USER[0]
+    return to_onnx.cached_onnx(model_dir, images[INFINITY], pooling, baseimage.cache_dir(), uid)
+
+
+def peer_version(configs: list[layouts.Configuration], target: str) -> str:
+    """The pinned version of a peer that runs (build.yaml's peers), for what it serves."""
+    if not any(c.target == target for c in configs):
+        return ""
+    return str(render.load_config()["peers"][target]["version"])
 
 
 def eager_if_needed(
     dry_run: bool,
     keep_compiled: bool,
-    workload: workloads.Workload,
+    workload: AnyWorkload,
     image: str,
     notes: list[str],
-) -> workloads.Workload:
+) -> AnyWorkload:
     """Without a C++ compiler torch.compile fails, so every configuration (stock too, to
     keep the comparison fair) runs eager; --compile keeps compiled mode regardless."""
     if dry_run and not (workload.enforce_eager or keep_compiled):
@@ -289,7 +225,7 @@ def eager_if_needed(
 
 
 def without_eager_pipelines(
-    configs: list[layouts.Configuration], workload: workloads.Workload, notes: list[str]
+    configs: list[layouts.Configuration], workload: AnyWorkload, notes: list[str]
 ) -> list[layouts.Configuration]:
     """A pipeline runs compiled or not at all (core.container.EAGER_PIPELINE)."""
     if not workload.enforce_eager:
@@ -306,7 +242,7 @@ def choose_gateway(
     notes: list[str],
     model_dir: Path,
     image: str,
-    workload: workloads.Workload,
+    workload: AnyWorkload,
     max_len: int,
 ) -> tuple[str | None, Deployment | None, list[layouts.Configuration]]:
     """(gateway URL, deployment, configurations): --gateway (`gateway_flag`) picks deploy.yml's
@@ -334,8 +270,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "bench",
         help="benchmark stock vLLM against the planner's layouts (vllm bench serve)",
         description="Run `vllm bench serve` (from the image) against stock vLLM, the "
-        "planner's layouts and a deploy.yml gateway; write JSON, CSV, a Markdown table "
-        "and PNG plots.",
+        "planner's layouts, the peers and a deploy.yml gateway; a generating model in "
+        "output tokens/s, a pooling (embedding) model in inputs/s per batch size; write "
+        "JSON, CSV, a Markdown table and PNG plots.",
     )
     flags.add_target_flags(parser)
     flags.add_workload_flags(parser)
@@ -345,8 +282,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(func=run)
 
 
-def print_summary(result: dict[str, Any], out_dir: Path) -> None:
+def print_summary(result: dict[str, Any], out_dir: Path, plot_files: Sequence[str]) -> None:
     """The table of a finished run, and where its files are."""
     print()
     print(report.markdown(result), end="")
-    print(f"\noutputs in {out_dir}: results.json runs.csv summary.csv table.md *.png", flush=True)
+    files = " ".join(("results.json", "runs.csv", "summary.csv", "table.md", *plot_files))
+    print(f"\noutputs in {out_dir}: {files}", flush=True)

@@ -1,16 +1,39 @@
-"""The result document, pure: a run's raw figures (the runs of the throughput workload
-and of batch 1, the configurations, the meta) and everything derived from them, which
-the bench writes (bench/report.py) and bench/check.py derives again to compare.
+"""The result document, pure: one shape for every model kind. A run's raw figures (the
+meta, which names its kind; the configurations and what ran; the runs: a generating
+model's throughput repeats and batch 1's, a pooling model's repeats at each batch size)
+and everything derived from them, which the bench writes (bench/report.py) and
+bench/check.py derives again to compare. A generating model's: summary rows, the
+verdict, the planner against each peer and the other weights, the roofline. A pooling
+model's: summary rows per batch size, the planner's quotients, the best per batch size.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
 from zenvllm.bench import roofline
+from zenvllm.bench.catalogue import (
+    ACCEPTANCE_RATIO,
+    INFINITY,
+    NEAR_BEST,
+    PEER_KINDS,
+    PLANNER,
+    STOCK,
+)
 from zenvllm.bench.layouts import Configuration, Server
-from zenvllm.bench.results import Run, peer_ratios, summarize, verdict, weight_ratios
+from zenvllm.bench.results import (
+    PoolingRun,
+    PoolingSummary,
+    Run,
+    Summary,
+    summarize,
+    summarize_batches,
+)
+
+GENERATION = "generation"  # meta.kind of a generating model's document (none: written before it)
+POOLING = "embed"  # meta.kind of a pooling model's (the word the first embedding runs wrote)
 
 
 def configs_from_dicts(items: list[dict[str, Any]]) -> list[Configuration]:
@@ -67,6 +90,28 @@ def derived(
     }
 
 
+def assemble(
+    kind: str,
+    meta: dict[str, Any],
+    configs: list[Configuration],
+    images: dict[str, str],
+    raw: dict[str, list[dict[str, Any]]],
+    facts: dict[str, dict[str, Any]],
+    derive: Callable[[dict[str, Any]], dict[str, Any]],
+) -> dict[str, Any]:
+    """Any kind's document: its meta (`kind` in it), per configuration what ran (facts),
+    its raw rows (`raw`: runs, and batch1 for a generating model), then what `derive`
+    (the kind's) gives from them, as bench/check.py derives it again."""
+    doc: dict[str, Any] = {
+        "meta": {**meta, "kind": kind},
+        "configurations": [
+            config_dict(c, images.get(c.target)) | facts.get(c.name, {}) for c in configs
+        ],
+        **raw,
+    }
+    return {**doc, **derive(doc)}
+
+
 def result_document(
     meta: dict[str, Any],
     configs: list[Configuration],
@@ -75,20 +120,175 @@ def result_document(
     batch1: list[Run] | tuple[Run, ...] = (),
     facts: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """`runs`: the throughput workload's repeats; `batch1`: one request at a time;
-    `facts`: per configuration, what ran (backend) and how it started (start, restart)."""
-    facts = facts or {}
-    return {
-        "meta": meta,
-        "configurations": [
-            config_dict(c, images.get(c.target)) | facts.get(c.name, {}) for c in configs
-        ],
-        "runs": [asdict(r) for r in runs],
-        "batch1": [asdict(r) for r in batch1],
-        **derived(meta, configs, runs, batch1),
-    }
+    """A generating model's: `runs`, the throughput workload's repeats; `batch1`, one
+    request at a time; `facts`: per configuration, what ran (backend) and how it started
+    (start, restart)."""
+    raw = {"runs": [asdict(r) for r in runs], "batch1": [asdict(r) for r in batch1]}
+    return assemble(GENERATION, meta, configs, images, raw, facts or {}, derive)
+
+
+def pooling_document(
+    meta: dict[str, Any],
+    configs: list[Configuration],
+    images: dict[str, str],
+    runs: list[PoolingRun],
+    facts: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    """A pooling model's: its runs at each batch size; per configuration what ran."""
+    raw = {"runs": [asdict(r) for r in runs]}
+    return assemble(POOLING, meta, configs, images, raw, facts, derive_pooling)
 
 
 def runs_of(result: dict[str, Any]) -> tuple[list[Run], list[Run]]:
     """The raw runs of a document read back: the throughput workload's, batch 1's."""
     return [Run(**r) for r in result["runs"]], [Run(**r) for r in result.get("batch1", [])]
+
+
+def derive(result: dict[str, Any]) -> dict[str, Any]:
+    """A generating model's document: summary, verdict, peers, weights and roofline from
+    its raw runs."""
+    configs: list[Configuration] = configs_from_dicts(result["configurations"])
+    runs, batch1 = runs_of(result)
+    return derived(result["meta"], configs, runs, batch1)
+
+
+# -- a generating model's verdict and ratios --------------------------------------------
+
+
+def verdict(summaries: list[Summary], configs: list[Configuration]) -> dict[str, Any]:
+    """Does the planner's auto layout reach the acceptance ratio, and is it the best
+    layout of its image the sweep found?"""
+    by_name = {s.config: s for s in summaries}
+    kinds = {c.name: c for c in configs}
+    planner = by_name.get(PLANNER)
+    same_image = (
+        [
+            s
+            for s in summaries
+            if kinds[s.config].kind == "plan" and kinds[s.config].target == kinds[PLANNER].target
+        ]
+        if planner
+        else []
+    )
+    best = max(same_image, key=lambda s: s.output_tok_s, default=None)
+    overall = max(summaries, key=lambda s: s.output_tok_s, default=None)
+    rival = best_rival(summaries, configs)
+    near = round(planner.output_tok_s / rival.output_tok_s, 3) if planner and rival else None
+    return {
+        "planner": PLANNER,
+        "planner_ratio": planner.ratio if planner else None,
+        "acceptance_ratio": ACCEPTANCE_RATIO,
+        "meets_acceptance": bool(planner and planner.ratio and planner.ratio >= ACCEPTANCE_RATIO),
+        "best_layout": best.config if best else None,
+        "planner_is_best_layout": bool(best and planner and best.config == PLANNER),
+        "best_overall": overall.config if overall else None,
+        "best_same_weights": rival.config if rival else None,
+        "planner_vs_best": near,
+        "near_best_ratio": NEAR_BEST,
+        "near_best": bool(near and near >= NEAR_BEST),
+    }
+
+
+def same_weights(config: Configuration) -> bool:
+    """Serves the bf16 weights through the planner's image or as a peer: the field the
+    planner's layout must lead. Other images' layouts (zen) and quantized peers
+    (llama.cpp's Q8_0 reads half the bytes) are measured beside it, not ranked with it."""
+    quantized = any((s.gguf and s.gguf != "bf16") or s.model_dir for s in config.servers)
+    return not quantized and (config.kind in PEER_KINDS or config.target == "vllm-openai")
+
+
+def best_rival(summaries: list[Summary], configs: list[Configuration]) -> Summary | None:
+    kinds = {c.name: c for c in configs}
+    field = [s for s in summaries if same_weights(kinds[s.config])]
+    return max(field, key=lambda s: s.output_tok_s, default=None)
+
+
+def quotients(top: Summary, bottom: Summary) -> dict[str, float]:
+    """Throughput, TTFT and TPOT of one summary row over another's."""
+    return {
+        "output": round(top.output_tok_s / bottom.output_tok_s, 3),
+        "ttft": round(top.ttft_ms / bottom.ttft_ms, 3),
+        "tpot": round(top.tpot_ms / bottom.tpot_ms, 3),
+    }
+
+
+def peer_ratios(summaries: list[Summary], configs: list[Configuration]) -> list[dict[str, Any]]:
+    """The planner's layout against each peer: throughput, TTFT and TPOT as quotients
+    (planner / peer: above 1 is better for throughput, below 1 for latencies)."""
+    kinds = {c.name: c for c in configs}
+    planner = next((s for s in summaries if s.config == PLANNER), None)
+    if planner is None:
+        return []
+    return [
+        {"peer": s.config, **quotients(planner, s)}
+        for s in summaries
+        if kinds[s.config].kind in PEER_KINDS or s.config == STOCK
+    ]
+
+
+def weight_ratios(summaries: list[Summary], configs: list[Configuration]) -> list[dict[str, Any]]:
+    """Each other copy of the weights (auto-<name>) against the planner's layout on
+    --model's: throughput, TTFT, TPOT and memory as quotients (copy / bf16)."""
+    copies = {c.name for c in configs if any(s.model_dir for s in c.servers)}
+    planner = next((s for s in summaries if s.config == PLANNER), None)
+    if planner is None:
+        return []
+    return [
+        {
+            "weights": s.config,
+            **quotients(s, planner),
+            "memory": round(s.memory_mib / planner.memory_mib, 3) if planner.memory_mib else None,
+        }
+        for s in summaries
+        if s.config in copies and s.output_tok_s > 0
+    ]
+
+
+# -- a pooling model's quotients ---------------------------------------------------------
+
+
+def planner_over(summaries: list[PoolingSummary]) -> list[dict[str, Any]]:
+    """The planner's layout over stock and over the peer at each batch size: inputs/s,
+    p50 and p99 latency as quotients (planner / other: throughput above 1 and latency
+    below 1 favour the planner)."""
+    by = {(s.config, s.batch): s for s in summaries}
+    rows = []
+    for s in summaries:
+        planner = by.get((PLANNER, s.batch))
+        if s.config not in (STOCK, INFINITY) or planner is None:
+            continue
+        rows.append(
+            {
+                "batch": s.batch,
+                "other": s.config,
+                "inputs": round(planner.inputs_s / s.inputs_s, 3),
+                "p50": round(planner.p50_ms / s.p50_ms, 3),
+                "p99": round(planner.p99_ms / s.p99_ms, 3),
+            }
+        )
+    return sorted(rows, key=lambda r: (r["other"] != STOCK, r["batch"]))
+
+
+def best_per_batch(summaries: list[PoolingSummary]) -> dict[str, str]:
+    """The configuration with the most inputs/s at each batch size."""
+    batches = sorted({s.batch for s in summaries})
+    return {
+        str(b): max((s for s in summaries if s.batch == b), key=lambda s: s.inputs_s).config
+        for b in batches
+    }
+
+
+def pooling_derived(configs: list[Configuration], runs: list[PoolingRun]) -> dict[str, Any]:
+    """Everything a pooling model's document derives from its runs."""
+    summaries = summarize_batches(runs, configs)
+    return {
+        "summary": [asdict(s) for s in summaries],
+        "planner_over": planner_over(summaries),
+        "best": best_per_batch(summaries),
+    }
+
+
+def derive_pooling(result: dict[str, Any]) -> dict[str, Any]:
+    """A pooling model's document: its derived figures from its raw runs."""
+    configs = configs_from_dicts(result["configurations"])
+    return pooling_derived(configs, [PoolingRun(**r) for r in result["runs"]])

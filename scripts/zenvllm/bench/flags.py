@@ -36,8 +36,8 @@ class BenchRequest:
 
     model: Path  # not yet checked to be a directory
     quick: bool
-    embed: bool  # the embedding bench (bench/commands_embed.py) instead of generation
-    batch_sizes: str | None  # --embed: inputs per request, a comma list
+    embed: bool  # bench an embedding model (bench/kinds.py: a pooling model's kind)
+    batch_sizes: str | None  # a pooling model's: inputs per request, a comma list
     configs: str | None  # the comma list, parsed by layouts.parse_configs
     weights: tuple[str, ...]  # each NAME=DIR as given
     # The workload flags: each overrides the Workload field of its name when given.
@@ -88,14 +88,20 @@ def add_target_flags(parser: argparse.ArgumentParser) -> None:
         "--embed",
         action="store_true",
         help="embedding throughput of an embedding model: stock vLLM, the planner's layout "
-        "and infinity-emb, in inputs/s and tokens/s at each --batch-sizes",
+        "and infinity-emb, in inputs/s and tokens/s at each --batch-sizes (what a pooling "
+        "model gets without it; refuses a model that generates)",
     )
     parser.add_argument(
         "--batch-sizes",
         metavar="N,N,...",
-        help="--embed: inputs per request (default 1,8,32); --num-prompts counts inputs",
+        help="an embedding model's inputs per request (default 1,8,32); --num-prompts "
+        "counts inputs",
     )
-    parser.add_argument("--configs", help=f"comma list from: {', '.join(catalogue.SPECS)}")
+    parser.add_argument(
+        "--configs",
+        help=f"comma list from: {', '.join(catalogue.SPECS)} (an embedding model's: "
+        f"{', '.join(catalogue.POOLING_SPECS)})",
+    )
     parser.add_argument(
         "--weights",
         action="append",
@@ -171,7 +177,9 @@ def add_image_flags(parser: argparse.ArgumentParser) -> None:
         "--llamacpp-image", help="llama.cpp peer image tag (default: make peer-image)"
     )
     parser.add_argument(
-        "--infinity-image", help="--embed: infinity peer image tag (default: make peer-image)"
+        "--infinity-image",
+        help="an embedding model's infinity peer image tag (default: make peer-image "
+        "PEER=infinity)",
     )
     parser.add_argument(
         "--gateway",

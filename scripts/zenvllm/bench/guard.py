@@ -126,10 +126,11 @@ def read_result(path: Path) -> dict[str, Any]:
 
 
 def recorded_documents(where: Path = RECORDED) -> list[dict[str, Any]]:
-    """The recorded generation runs (an embedding run, `meta.kind: embed`, has no
-    output tokens to guard)."""
+    """The recorded runs of generating models (`meta.kind: generation`, or none in a run
+    recorded before documents said; an embedding run, `embed`, has no output tokens to
+    guard)."""
     found = [read_result(p) for p in sorted(where.glob("*/results.json"))]
-    return [d for d in found if d.get("meta", {}).get("kind") != "embed"]
+    return [d for d in found if d.get("meta", {}).get("kind", "generation") == "generation"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,5 @@
-"""The benchmark's `docker run` lines, as argv: servers and `vllm bench serve` clients.
+"""The benchmark's `docker run` lines, as argv: servers and `vllm bench serve` clients
+(their arguments for a generating model and for a pooling one).
 
 Pure (runner executes them). Stock runs vLLM's CPU guide's command; a planner
 layout runs its instance's container from `core.container`, as a deployment does.
@@ -11,7 +12,7 @@ from pathlib import Path
 
 from zenvllm.bench import backend
 from zenvllm.bench.layouts import MODEL_MOUNT, Server
-from zenvllm.bench.workloads import Workload
+from zenvllm.bench.workloads import PERCENTILES, BatchShare, Workload
 from zenvllm.core import compile_cache
 from zenvllm.core.container import Container, container_of
 from zenvllm.core.request import Request
@@ -142,7 +143,7 @@ def llamacpp_launch(
 
 
 def infinity_launch(server: Server, image: str, onnx_dir: Path, run_id: str) -> Launch:
-    """infinity-emb's server (bench/embed_configs.py's flags) on the model's ONNX
+    """infinity-emb's server (layouts.infinity_server's flags) on the model's ONNX
     directory, mounted where it was exported (bench/to_onnx.py), under the clients'
     model name; least privilege, as llama.cpp's server runs."""
     argv = ["run", "-d", "--name", server.name, "--network", "host", "--cap-drop", "ALL"]
@@ -241,4 +242,61 @@ def client_args(
         "--result-filename",
         result_name,
         *(["--save-detailed", "--header", "Connection=close"] if llamacpp else []),
+    ]
+
+
+# vLLM's client for a pooling model: its backend and endpoint for each server kind (both
+# are vLLM's own `vllm bench serve` backends; infinity serves /embeddings, without /v1).
+EMBEDDING_BACKENDS = {
+    "vllm": ("openai-embeddings", "/v1/embeddings"),
+    "infinity": ("infinity-embeddings", "/embeddings"),
+}
+
+
+def embedding_args(
+    base_url: str, kind: str, share: BatchShare, result_dir: str, result_name: str
+) -> list[str]:
+    """`vllm bench serve` arguments for one client of a pooling model's server (`kind`:
+    vllm or infinity): random inputs of input_len tokens (its random dataset counts the
+    tokenizer's special tokens in), `--random-batch-size` inputs per request, every
+    request's latency and error kept (--save-detailed)."""
+    client_backend, endpoint = EMBEDDING_BACKENDS[kind]
+    return [
+        "bench",
+        "serve",
+        "--backend",
+        client_backend,
+        "--endpoint",
+        endpoint,
+        "--base-url",
+        base_url,
+        "--model",
+        MODEL_MOUNT,
+        "--tokenizer",
+        MODEL_MOUNT,
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(share.input_len),
+        "--random-batch-size",
+        str(share.batch),
+        "--num-prompts",
+        str(share.inputs),
+        "--max-concurrency",
+        str(share.concurrency),
+        "--request-rate",
+        "inf",
+        "--seed",
+        str(share.seed),
+        "--percentile-metrics",
+        "e2el",
+        "--metric-percentiles",
+        ",".join(str(p) for p in PERCENTILES),
+        "--disable-tqdm",
+        "--save-result",
+        "--save-detailed",
+        "--result-dir",
+        result_dir,
+        "--result-filename",
+        result_name,
     ]

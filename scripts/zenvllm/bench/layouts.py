@@ -1,8 +1,8 @@
-"""The benchmark's configurations: each entry of the catalogue (bench/catalogue.py)
-resolved on the host.
+"""The benchmark's configurations: each entry of a model kind's catalogue
+(bench/catalogue.py) resolved on the host.
 
 Pure, like the workload they run (bench/workloads.py): no processes and no network
-here (bench/runner.py is the side-effect edge). A catalogue entry (Spec) meets the
+here (bench/servers.py is the side-effect edge). A catalogue entry (Spec) meets the
 host's plan and becomes a Configuration of servers, those that come out alike
 folded into one; bench/results.py folds vLLM's result files into runs and
 summaries, bench/report.py writes the files, bench/check.py checks them.
@@ -10,6 +10,7 @@ summaries, bench/report.py writes the files, bench/check.py checks them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -28,7 +29,7 @@ from zenvllm.core.cores import usable_cores
 from zenvllm.core.dtype import served_model
 from zenvllm.core.errors import PlanError, UserError
 from zenvllm.core.host import Host
-from zenvllm.core.model import Model
+from zenvllm.core.model import POOLING, Model
 from zenvllm.core.plan import Instance, Plan, Policy, make_plan
 from zenvllm.core.topology import format_cpu_list, parse_cpu_list
 
@@ -122,14 +123,21 @@ def cpu_ids(text: str) -> list[int]:
     return list(parse_cpu_list(text)) if text != "all" else []
 
 
-def parse_configs(text: str | None, quick: bool) -> list[str]:
+def parse_configs(
+    text: str | None,
+    quick: bool,
+    specs: Mapping[str, Spec] = SPECS,
+    unknown_is: str = "unknown configuration {!r}",
+) -> list[str]:
+    """--configs' names, each once, from a model kind's catalogue (`specs`; --quick's
+    few of a generating model's); stock among them."""
     if not text:
-        return list(QUICK_CONFIGS if quick else SPECS)
+        return list(QUICK_CONFIGS if quick else specs)
     names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in SPECS]
+    unknown = [n for n in names if n not in specs]
     if unknown:
         raise UserError(
-            f"--configs: unknown configuration {unknown[0]!r}; choose from {', '.join(SPECS)}"
+            f"--configs: {unknown_is.format(unknown[0])}; choose from {', '.join(specs)}"
         )
     if STOCK not in names:
         raise UserError(f"--configs {text}: include {STOCK!r}, the baseline every ratio divides by")
@@ -216,38 +224,60 @@ def ranks_server(plan: Plan, port: int, kind: str) -> Server:
     )
 
 
+def peer_server(
+    host: Host, kind: str, port: int, serve_args: tuple[str, ...], **more: Any
+) -> Server:
+    """A peer's server (its `kind`: llamacpp, infinity) on every usable CPU, its memory on
+    their nodes, no KV cache of vLLM's; `more`: Server fields over that."""
+    cores = usable_cores(host)
+    cpus = format_cpu_list(sorted(c for ids in cores.values() for core in ids for c in core))
+    server = Server(
+        name=f"zenvllm-bench-{kind}-{port}",
+        port=port,
+        cpus=cpus,
+        omp_bind=cpus,
+        mems=format_cpu_list(sorted(cores)),
+        kv_cache_gib=0,  # llama.cpp sizes its KV cache from -c; infinity has none
+        env={},
+        docker_args=(f"--cpuset-cpus={cpus}",),
+        serve_args=serve_args,
+    )
+    return replace(server, **more)
+
+
 def llamacpp_server(host: Host, spec: Spec, port: int) -> Server:
     """llama.cpp's server as its docs tune it for a CPU: one thread per physical core
     (SMT siblings slow ggml's matmuls down), on every usable core; across NUMA nodes
     `--numa distribute` spreads threads and pages evenly over them. Slots and context
     follow the workload (launch.llamacpp_launch)."""
     cores = usable_cores(host)
-    cpus = sorted(c for ids in cores.values() for core in ids for c in core)
     one_per_core = [core[0] for ids in cores.values() for core in ids]
-    threads = len(one_per_core)
+    threads = str(len(one_per_core))
     numa = ("--numa", "distribute") if len(cores) > 1 else ()
     # llama.cpp 0.3.36 repacks Q8_0 weights for AMX where the CPU has it, then dies in
     # ggml_backend_amx_mul_mat at the first matmul (SIGSEGV, seen on a KVM Xeon with
     # AMX); without repacking it serves with its AVX-512 kernels.
     broken_amx = ("--no-repack",) if spec.gguf != "bf16" and "amx_int8" in host.flags else ()
-    return Server(
-        name=f"zenvllm-bench-llamacpp-{port}",
-        port=port,
-        cpus=format_cpu_list(cpus),
-        omp_bind=format_cpu_list(one_per_core),  # a thread per core (llama.cpp floats them)
-        mems=format_cpu_list(sorted(cores)),
-        kv_cache_gib=0,  # llama.cpp sizes its KV cache from -c
-        env={},
-        gguf=spec.gguf,
-        docker_args=(f"--cpuset-cpus={format_cpu_list(cpus)}",),
-        serve_args=(
-            "--threads",
-            str(threads),
-            "--threads-batch",
-            str(threads),
-            *numa,
-            *broken_amx,
-        ),
+    args = ("--threads", threads, "--threads-batch", threads, *numa, *broken_amx)
+    # A thread per core (llama.cpp floats them).
+    return peer_server(
+        host, "llamacpp", port, args, omp_bind=format_cpu_list(one_per_core), gguf=spec.gguf
+    )
+
+
+# infinity's --batch-size default: the most inputs it runs in one forward pass.
+INFINITY_BATCH = 32
+
+
+def infinity_server(host: Host, port: int, pooling: str) -> Server:
+    """infinity-emb on every usable CPU: ONNX Runtime sizes its thread pool by the cores
+    it finds (infinity has no thread option); batches of up to INFINITY_BATCH inputs (its
+    default); `pooling` as the model's sentence-transformers Pooling module says (its
+    ONNX engine would take the CLS token otherwise); token counts by its tokenizer
+    (--lengths-via-tokenize; by default it reports characters), so tokens/s compares."""
+    args = ("--engine", "optimum", "--device", "cpu", "--batch-size", str(INFINITY_BATCH))
+    return peer_server(
+        host, "infinity", port, (*args, "--pooling-method", pooling, "--lengths-via-tokenize")
     )
 
 
@@ -333,6 +363,36 @@ def planned_config(spec: Spec, plan: Plan, model: Model, base_port: int) -> Conf
     )
 
 
+def config_of(
+    spec: Spec,
+    host: Host,
+    model: Model,
+    base_port: int,
+    max_model_len: int,
+    base: Policy,
+    stock_dtype: str,
+    pooling: str,
+) -> Configuration:
+    """One catalogue entry on this host (PlanError: the planner cannot place it). Stock
+    names the model's runner when it pools, as vLLM's pooling docs run it."""
+    if spec.kind == "stock":
+        server = in_dtype(stock_server(base_port, stock_dtype), model)
+        if model.runner == POOLING:
+            server = replace(server, serve_args=("--runner", POOLING))
+        return Configuration(spec.name, spec.kind, spec.summary, spec.target, (server,))
+    if spec.kind == "gateway":
+        return Configuration(spec.name, spec.kind, spec.summary, spec.target)
+    if spec.kind in ("llamacpp", "infinity"):
+        peer = (
+            llamacpp_server(host, spec, base_port)
+            if spec.kind == "llamacpp"
+            else infinity_server(host, base_port, pooling)
+        )
+        return Configuration(spec.name, spec.kind, spec.summary, spec.target, (peer,))
+    policy = policy_of(spec, host, base_port, max_model_len, base)
+    return planned_config(spec, make_plan(host, model, policy), model, base_port)
+
+
 def resolve(
     names: list[str],
     host: Host,
@@ -342,30 +402,25 @@ def resolve(
     base: Policy | None = None,
     copies: tuple[Weights, ...] = (),
     stock_dtype: str = STOCK_DTYPE,
+    specs: Mapping[str, Spec] = SPECS,
+    pooling: str = "",
 ) -> tuple[list[Configuration], list[str]]:
-    """Catalogue names -> runnable configurations on this host, duplicates folded, then
-    the planner's layout for each other copy of the weights.
+    """Catalogue names (of `specs`, the model kind's) -> runnable configurations on this
+    host, duplicates folded, then the planner's layout for each other copy of the
+    weights. `pooling`: a pooling model's sentence-transformers pooling, for infinity.
 
     Returns the configurations and notes (what was folded or skipped, and why)."""
     configs: list[Configuration] = []
     notes: list[str] = []
-    for name in sorted(names, key=list(SPECS).index):  # the planner's own first
-        spec = SPECS[name]
-        if spec.kind == "stock":
-            server = in_dtype(stock_server(base_port, stock_dtype), model)
-            config = Configuration(name, spec.kind, spec.summary, spec.target, (server,))
-        elif spec.kind == "gateway":
-            config = Configuration(name, spec.kind, spec.summary, spec.target)
-        elif spec.kind == "llamacpp":
-            server = llamacpp_server(host, spec, base_port)
-            config = Configuration(name, spec.kind, spec.summary, spec.target, (server,))
-        else:
-            policy = policy_of(spec, host, base_port, max_model_len, base or Policy())
-            try:
-                config = planned_config(spec, make_plan(host, model, policy), model, base_port)
-            except PlanError as err:
-                notes.append(f"{name}: skipped on this host: {err}")
-                continue
+    policy = base or Policy()
+    for name in sorted(names, key=list(specs).index):  # the planner's own first
+        try:
+            config = config_of(
+                specs[name], host, model, base_port, max_model_len, policy, stock_dtype, pooling
+            )
+        except PlanError as err:
+            notes.append(f"{name}: skipped on this host: {err}")
+            continue
         twin = next(
             (c for c in configs if c.kind != "gateway" and c.signature() == config.signature()),
             None,
@@ -380,7 +435,5 @@ def resolve(
         configs.append(config)
     planned = [n for n in SPECS if n in names and SPECS[n].kind == "plan"]
     planned = [n for n in planned if SPECS[n].target == "vllm-openai"]  # the auto one's image
-    more, more_notes = weights_configs(
-        copies, planned, host, base_port, max_model_len, base or Policy()
-    )
+    more, more_notes = weights_configs(copies, planned, host, base_port, max_model_len, policy)
     return [*configs, *more], [*notes, *more_notes]

@@ -1,36 +1,20 @@
-"""What every bench's results say of their run (the generation bench's and the embedding
-bench's alike): the run, the host, the model, the workload, the load and wall time."""
+"""What every bench's results say of their run, whatever the model's kind: the run, the
+host, the model, the workload, the load and wall time (a kind adds its own:
+bench/kinds.py)."""
 
 from __future__ import annotations
 
 import os
 import time
 from dataclasses import asdict
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-
-class RunSettings(Protocol):
-    """What run_meta reads (read-only): this bench's Settings and the embedding bench's."""
-
-    @property
-    def host_label(self) -> str: ...
-    @property
-    def model_name(self) -> str: ...
-    @property
-    def model_dir(self) -> Path: ...
-    @property
-    def images(self) -> dict[str, str]: ...
-    @property
-    def max_model_len(self) -> int: ...
-    @property
-    def workload(self) -> Any: ...  # a dataclass: Workload or EmbedWorkload
-    @property
-    def notes(self) -> list[str]: ...
+from zenvllm.bench.measuring import Settings
+from zenvllm.bench.workloads import AnyWorkload
 
 
 def run_meta(
-    settings: RunSettings,
+    settings: Settings[AnyWorkload],
     run_id: str,
     started: float,
     load_before: tuple[float, float, float],

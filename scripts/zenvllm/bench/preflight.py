@@ -1,7 +1,6 @@
-"""What both benches (generation, bench/commands_bench.py; embedding,
-bench/commands_embed.py) check and say before they measure: the request's paths, the
-images and their compiler, the host in one line, the configurations as --dry-run prints
-them."""
+"""What the bench checks and says before it measures, whatever the model's kind
+(bench/commands_bench.py): the request's paths, the images and their compiler, the host
+in one line, the configurations as --dry-run prints them."""
 
 from __future__ import annotations
 
@@ -10,7 +9,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 from zenvllm.bench import document, flags, layouts, metrics, workloads
-from zenvllm.bench.embed_workload import EmbedWorkload
 from zenvllm.core import gate
 from zenvllm.core.errors import UserError
 from zenvllm.core.host import GIB, Host
@@ -74,7 +72,7 @@ def describe_host(host: Host) -> str:
 def print_plan(
     configs: list[layouts.Configuration],
     images: dict[str, str],
-    workload: workloads.Workload | EmbedWorkload,
+    workload: workloads.Workload | workloads.PoolingWorkload,
     notes: list[str],
 ) -> int:
     """--dry-run: what would run, as JSON, so it can be checked before hours of measuring."""

@@ -1,7 +1,9 @@
-"""The benchmark's results, pure: vLLM's result files read, clients and repeats folded
-into runs and summaries (the throughput workload's and batch 1's), the verdict and the
-ratios to stock, the peers and other weights (bench/document.py puts them in the result
-document, bench/roofline.py adds the roofline).
+"""The benchmark's results, pure, for each model kind: `vllm bench serve`'s result files
+read, the clients of one measurement folded into a run, runs into summaries. A
+generating model's: output tokens, TTFT and TPOT, the throughput workload's and batch
+1's. A pooling model's: inputs and tokens per second and request latency percentiles,
+at each batch size. bench/document.py derives the rest (the verdict, the ratios, the
+quotients) and puts them in the result document.
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from zenvllm.bench.catalogue import ACCEPTANCE_RATIO, NEAR_BEST, PEER_KINDS, PLANNER, STOCK
+from zenvllm.bench.catalogue import STOCK
 from zenvllm.bench.layouts import Configuration
+from zenvllm.bench.workloads import PERCENTILES
 
-# -- results -----------------------------------------------------------------
+# -- a generating model's ----------------------------------------------------------
 
 # The fields of vLLM's --save-result JSON this harness reads.
 RESULT_KEYS = (
@@ -266,90 +269,167 @@ def median(values: Iterable[float], places: int) -> float | None:
     return round(statistics.median(values), places) if values else None
 
 
-def verdict(summaries: list[Summary], configs: list[Configuration]) -> dict[str, Any]:
-    """Does the planner's auto layout reach the acceptance ratio, and is it the best
-    layout of its image the sweep found?"""
-    by_name = {s.config: s for s in summaries}
-    kinds = {c.name: c for c in configs}
-    planner = by_name.get(PLANNER)
-    same_image = (
-        [
-            s
-            for s in summaries
-            if kinds[s.config].kind == "plan" and kinds[s.config].target == kinds[PLANNER].target
-        ]
-        if planner
-        else []
+# -- a pooling model's --------------------------------------------------------------
+
+# What `vllm bench serve` writes for an embedding backend (with --save-detailed).
+POOLING_KEYS = ("completed", "total_input_tokens", "total_input_sequences", "duration")
+
+
+@dataclass(frozen=True)
+class PoolingClient:
+    """One `vllm bench serve` embedding result file."""
+
+    completed: int  # requests
+    failed: int
+    inputs: int
+    input_tokens: int  # as the server counted them (usage.prompt_tokens)
+    duration_s: float
+    latencies_ms: tuple[float, ...]  # each completed request's
+    finished_at: float  # epoch seconds the file was written: the end of the measurement
+
+
+def parse_pooling_result(
+    data: dict[str, Any], source: str, finished_at: float, requests: int
+) -> PoolingClient:
+    """A result file of `requests` requests: what completed, their latencies. A request
+    lost (an error, or none recorded) is a failure, never a shorter measurement."""
+    missing = [k for k in POOLING_KEYS if k not in data]
+    if missing:
+        raise ValueError(
+            f"{source}: not an embedding result of vllm bench, no {', '.join(missing)}"
+        )
+    completed = int(data["completed"])
+    errors = data.get("errors") or [""] * len(data.get("latencies", []))
+    latencies = data.get("latencies", [])
+    if len(latencies) != len(errors):
+        raise ValueError(f"{source}: {len(latencies)} latencies for {len(errors)} requests")
+    done = [1000 * float(t) for t, e in zip(latencies, errors, strict=True) if not e]
+    if completed < 1 or float(data["duration"]) <= 0 or len(done) != completed:
+        raise ValueError(f"{source}: {completed} requests completed, {len(done)} latencies")
+    return PoolingClient(
+        completed=completed,
+        failed=requests - completed,
+        inputs=int(data["total_input_sequences"]),
+        input_tokens=int(data["total_input_tokens"]),
+        duration_s=float(data["duration"]),
+        latencies_ms=tuple(done),
+        finished_at=finished_at,
     )
-    best = max(same_image, key=lambda s: s.output_tok_s, default=None)
-    overall = max(summaries, key=lambda s: s.output_tok_s, default=None)
-    rival = best_rival(summaries, configs)
-    near = round(planner.output_tok_s / rival.output_tok_s, 3) if planner and rival else None
-    return {
-        "planner": PLANNER,
-        "planner_ratio": planner.ratio if planner else None,
-        "acceptance_ratio": ACCEPTANCE_RATIO,
-        "meets_acceptance": bool(planner and planner.ratio and planner.ratio >= ACCEPTANCE_RATIO),
-        "best_layout": best.config if best else None,
-        "planner_is_best_layout": bool(best and planner and best.config == PLANNER),
-        "best_overall": overall.config if overall else None,
-        "best_same_weights": rival.config if rival else None,
-        "planner_vs_best": near,
-        "near_best_ratio": NEAR_BEST,
-        "near_best": bool(near and near >= NEAR_BEST),
-    }
 
 
-def same_weights(config: Configuration) -> bool:
-    """Serves the bf16 weights through the planner's image or as a peer: the field the
-    planner's layout must lead. Other images' layouts (zen) and quantized peers
-    (llama.cpp's Q8_0 reads half the bytes) are measured beside it, not ranked with it."""
-    quantized = any((s.gguf and s.gguf != "bf16") or s.model_dir for s in config.servers)
-    return not quantized and (config.kind in PEER_KINDS or config.target == "vllm-openai")
+def percentile(values: list[float] | tuple[float, ...], p: float) -> float:
+    """numpy's default (linear) percentile, as vLLM's client computes its own."""
+    ordered = sorted(values)
+    at = (len(ordered) - 1) * p / 100
+    low = int(at)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
 
 
-def best_rival(summaries: list[Summary], configs: list[Configuration]) -> Summary | None:
-    kinds = {c.name: c for c in configs}
-    field = [s for s in summaries if same_weights(kinds[s.config])]
-    return max(field, key=lambda s: s.output_tok_s, default=None)
+@dataclass(frozen=True)
+class PoolingRun:
+    """One measured repeat of one configuration at one batch size, its clients folded."""
+
+    config: str
+    batch: int
+    repeat: int
+    clients: int
+    requests: int  # completed
+    failed: int
+    inputs: int
+    input_tokens: int
+    window_s: float
+    inputs_s: float
+    tokens_s: float
+    requests_s: float
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    mean_ms: float
+    load_1m: float  # the load average just before it: how quiet the machine was
+    concurrency: int
 
 
-def quotients(top: Summary, bottom: Summary) -> dict[str, float]:
-    """Throughput, TTFT and TPOT of one summary row over another's."""
-    return {
-        "output": round(top.output_tok_s / bottom.output_tok_s, 3),
-        "ttft": round(top.ttft_ms / bottom.ttft_ms, 3),
-        "tpot": round(top.tpot_ms / bottom.tpot_ms, 3),
-    }
+def combine_batch(
+    config: str, batch: int, repeat: int, found: list[PoolingClient], load: float, concurrency: int
+) -> PoolingRun:
+    """All inputs and tokens over the span from the first client's start to the last
+    one's end (span_s, as a generating model's run); latency percentiles over every
+    request of every client. Rounded before the rates are divided, so each rate is the
+    quotient of numbers in the file."""
+    if not found:
+        raise ValueError(f"{config} batch {batch} repeat {repeat}: no client results")
+    window = span_s(found)
+    inputs = sum(c.inputs for c in found)
+    tokens = sum(c.input_tokens for c in found)
+    done = sum(c.completed for c in found)
+    latencies = [t for c in found for t in c.latencies_ms]
+    p50, p90, p99 = (round(percentile(latencies, p), 2) for p in PERCENTILES)
+    return PoolingRun(
+        config=config,
+        batch=batch,
+        repeat=repeat,
+        clients=len(found),
+        requests=done,
+        failed=sum(c.failed for c in found),
+        inputs=inputs,
+        input_tokens=tokens,
+        window_s=window,
+        inputs_s=round(inputs / window, 2),
+        tokens_s=round(tokens / window, 1),
+        requests_s=round(done / window, 3),
+        p50_ms=p50,
+        p90_ms=p90,
+        p99_ms=p99,
+        mean_ms=round(statistics.mean(latencies), 2),
+        load_1m=round(load, 2),
+        concurrency=concurrency,
+    )
 
 
-def peer_ratios(summaries: list[Summary], configs: list[Configuration]) -> list[dict[str, Any]]:
-    """The planner's layout against each peer: throughput, TTFT and TPOT as quotients
-    (planner / peer: above 1 is better for throughput, below 1 for latencies)."""
-    kinds = {c.name: c for c in configs}
-    planner = next((s for s in summaries if s.config == PLANNER), None)
-    if planner is None:
-        return []
+@dataclass(frozen=True)
+class PoolingSummary:
+    """A configuration at one batch size over its repeats: medians, min-max as spread."""
+
+    config: str
+    shape: str
+    batch: int
+    repeats: int
+    inputs_s: float
+    inputs_min: float
+    inputs_max: float
+    tokens_s: float
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    ratio: float | None  # inputs_s / stock's inputs_s at the same batch size (both as written)
+
+
+def summarize_batches(runs: list[PoolingRun], configs: list[Configuration]) -> list[PoolingSummary]:
+    """A row per configuration and batch size, configurations in their order."""
+    rows = []
+    for config in configs:
+        for batch in sorted({r.batch for r in runs if r.config == config.name}):
+            mine = [r for r in runs if r.config == config.name and r.batch == batch]
+            rate = [r.inputs_s for r in mine]
+            rows.append(
+                PoolingSummary(
+                    config=config.name,
+                    shape=config.shape,
+                    batch=batch,
+                    repeats=len(mine),
+                    inputs_s=round(statistics.median(rate), 1),
+                    inputs_min=round(min(rate), 1),
+                    inputs_max=round(max(rate), 1),
+                    tokens_s=round(statistics.median(r.tokens_s for r in mine), 1),
+                    p50_ms=round(statistics.median(r.p50_ms for r in mine), 2),
+                    p90_ms=round(statistics.median(r.p90_ms for r in mine), 2),
+                    p99_ms=round(statistics.median(r.p99_ms for r in mine), 2),
+                    ratio=None,
+                )
+            )
+    stock = {s.batch: s.inputs_s for s in rows if s.config == STOCK}
     return [
-        {"peer": s.config, **quotients(planner, s)}
-        for s in summaries
-        if kinds[s.config].kind in PEER_KINDS or s.config == STOCK
-    ]
-
-
-def weight_ratios(summaries: list[Summary], configs: list[Configuration]) -> list[dict[str, Any]]:
-    """Each other copy of the weights (auto-<name>) against the planner's layout on
-    --model's: throughput, TTFT, TPOT and memory as quotients (copy / bf16)."""
-    copies = {c.name for c in configs if any(s.model_dir for s in c.servers)}
-    planner = next((s for s in summaries if s.config == PLANNER), None)
-    if planner is None:
-        return []
-    return [
-        {
-            "weights": s.config,
-            **quotients(s, planner),
-            "memory": round(s.memory_mib / planner.memory_mib, 3) if planner.memory_mib else None,
-        }
-        for s in summaries
-        if s.config in copies and s.output_tok_s > 0
+        replace(s, ratio=round(s.inputs_s / stock[s.batch], 3)) if stock.get(s.batch) else s
+        for s in rows
     ]

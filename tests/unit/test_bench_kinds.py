@@ -1,0 +1,249 @@
+"""One bench for every model kind (issue 64): a generating model and an embedding model
+picked by what the model is (or --embed), prepared by their kind, run through the one
+runner into the one result format, written by the one report and passed by the one
+check. The engine, the clients and the servers' answers are fakes here (the bench tier
+runs them for real); everything between them is the bench's own code."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+from support.tiny_model import ensure_tiny_model
+from test_pooling import BERT, ST_MODULES, encoder_dir
+
+from zenvllm.bench import (
+    backend,
+    check,
+    clients,
+    commands_bench,
+    http_client,
+    kinds,
+    layouts,
+    leftovers,
+    runner,
+    servers,
+    workloads,
+)
+from zenvllm.bench.catalogue import POOLING_SPECS
+from zenvllm.bench.measuring import Settings
+from zenvllm.core.errors import UserError
+from zenvllm.core.host import MIB
+from zenvllm.core.model import POOLING, Model, read_model
+from zenvllm.core.topology import read_host
+
+HOST = read_host(
+    Path(__file__).resolve().parents[1] / "fixtures" / "hosts" / "test-machine-zen4-2cpu"
+)
+TINY = Model(name="tiny-llama", weight_bytes=2 * MIB, kv_bytes_per_token=1024, max_model_len=512)
+MINILM = Model(
+    name="minilm", weight_bytes=90 * MIB, kv_bytes_per_token=None, max_model_len=256, runner=POOLING
+)
+
+
+@pytest.fixture
+def encoder(tmp_path):
+    model = tmp_path / "minilm"
+    model.mkdir()
+    encoder_dir(model, BERT, ST_MODULES)
+    (model / "1_Pooling").mkdir()
+    (model / "1_Pooling" / "config.json").write_text(
+        json.dumps({"word_embedding_dimension": 384, "pooling_mode_mean_tokens": True})
+    )
+    (model / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 256}))
+    return model
+
+
+# -- which kind ---------------------------------------------------------------------
+
+
+def test_a_model_is_benched_as_the_kind_its_runner_names(encoder):
+    pooling_model = read_model(encoder)
+    assert kinds.of_model(pooling_model, False, encoder) is kinds.POOLING_KIND
+    assert kinds.of_model(pooling_model, True, encoder) is kinds.POOLING_KIND
+    tiny = ensure_tiny_model()
+    assert kinds.of_model(read_model(tiny), False, tiny) is kinds.GENERATION_KIND
+    with pytest.raises(UserError, match="is not an embedding model"):
+        kinds.of_model(read_model(tiny), True, tiny)
+
+
+def test_a_document_names_its_kind_and_one_without_is_a_generating_models():
+    assert kinds.of_document({"meta": {}}) is kinds.GENERATION_KIND
+    assert kinds.of_document({"meta": {"kind": "generation"}}) is kinds.GENERATION_KIND
+    assert kinds.of_document({"meta": {"kind": "embed"}}) is kinds.POOLING_KIND
+    with pytest.raises(UserError, match="none of the bench's kinds"):
+        kinds.of_document({"meta": {"kind": "rerank"}})
+
+
+# -- the one command: --dry-run prints what each kind would run -------------------------
+
+
+def dry_run(capsys, tmp_path: Path, *argv: str) -> dict:
+    parser = argparse.ArgumentParser()
+    commands_bench.register(parser.add_subparsers())
+    args = parser.parse_args(["bench", *argv, "--dry-run", "--out", str(tmp_path / "out")])
+    assert commands_bench.run(args) == 0
+    assert not (tmp_path / "out").exists()  # nothing measured, nothing written
+    return json.loads(capsys.readouterr().out)
+
+
+def test_one_command_prepares_an_embedding_model_without_embed(capsys, tmp_path, encoder):
+    plan = dry_run(capsys, tmp_path, "--model", str(encoder), "--quick")
+    by_name = {c["name"]: c for c in plan["configurations"]}
+    assert list(by_name) == ["stock", "auto", "infinity"]
+    assert by_name["stock"]["servers"][0]["serve_args"] == ["--runner", "pooling"]
+    assert by_name["infinity"]["image"].startswith("zenvllm/infinity:")
+    assert plan["workload"]["batch_sizes"] == list(workloads.POOLING_QUICK.batch_sizes)
+    with pytest.raises(UserError, match="--output-len is not an option of the embedding"):
+        dry_run(capsys, tmp_path, "--model", str(encoder), "--output-len", "8")
+
+
+def test_one_command_prepares_a_generating_model(capsys, tmp_path):
+    plan = dry_run(capsys, tmp_path, "--model", str(ensure_tiny_model()), "--configs", "stock,auto")
+    assert [c["name"] for c in plan["configurations"]][:1] == ["stock"]
+    assert "batch_sizes" not in plan["workload"]
+    assert plan["workload"]["output_len"] == workloads.FULL.output_len
+
+
+# -- the one runner, with a fake engine and fake clients ----------------------------------
+
+
+def opt(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+class FakePool:
+    """The run's clients: each pass writes the result file `vllm bench serve` would."""
+
+    passes: ClassVar[list[list[str]]] = []  # every pass's arguments, in order
+
+    def __init__(self, setup: clients.Clients) -> None:
+        self.clients = setup
+
+    def ask(self, index: int, argv: list[str], log: str) -> None:
+        FakePool.passes.append(argv)
+        n, length = int(opt(argv, "--num-prompts")), int(opt(argv, "--random-input-len"))
+        if "--random-batch-size" in argv:  # an embedding backend's
+            batch = int(opt(argv, "--random-batch-size"))
+            requests = n // batch
+            data = {
+                "completed": requests,
+                "total_input_tokens": n * length,
+                "total_input_sequences": n,
+                "duration": 1.0,
+                "latencies": [0.01 * (1 + i % 3) for i in range(requests)],
+                "errors": [""] * requests,
+            }
+        else:
+            data = {
+                "completed": n,
+                "total_input_tokens": n * length,
+                "total_output_tokens": n * int(opt(argv, "--random-output-len")),
+                "duration": 1.0,
+                **{f"{a}_{m}_ms": 10.0 for a in ("mean", "median") for m in ("ttft", "tpot")},
+            }
+        (self.clients.result_dir / opt(argv, "--result-filename")).write_text(json.dumps(data))
+
+    def answer(self, index: int, deadline: float) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
+
+
+class FakeEngine:
+    """What the runner asks of docker: every container runs, answers and is removed."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, ...]] = []
+
+    def run(self, *args: str, **_: object) -> subprocess.CompletedProcess[str]:
+        self.calls.append(args)
+        out = {"inspect": "running", "logs": "a server's log", "ps": ""}.get(args[0], "")
+        if args[0] == "stats":
+            out = "\n".join("100MiB / 1GiB" for _ in args[4:])
+        return subprocess.CompletedProcess(list(args), 0, out, "")
+
+
+@pytest.fixture
+def engine(monkeypatch) -> FakeEngine:
+    fake = FakeEngine()
+    FakePool.passes = []
+    monkeypatch.setattr(servers, "DOCKER", fake)
+    monkeypatch.setattr(servers, "healthy", lambda port: True)
+    monkeypatch.setattr(servers, "port_in_use", lambda port: False)
+    monkeypatch.setattr(servers.os, "chown", lambda *args: None)
+    monkeypatch.setattr(clients, "ClientPool", FakePool)
+    monkeypatch.setattr(leftovers, "found", set)  # never another process's files
+    monkeypatch.setattr(leftovers, "clean", lambda before: [])
+    monkeypatch.setattr(backend, "facts", lambda c, raw, started, *rest: {"start": started})
+    vector = json.dumps({"data": [{"embedding": [0.1, 0.2, 0.3]}]}).encode()
+    monkeypatch.setattr(http_client, "post", lambda url, body, timeout: vector)
+    return fake
+
+
+def removed(fake: FakeEngine) -> set[str]:
+    return {c[2] for c in fake.calls if c[:2] == ("rm", "-f")}
+
+
+def test_one_runner_runs_a_generating_and_an_embedding_model(engine, tmp_path):
+    names = ["stock", "auto"]
+    configs, _ = layouts.resolve(names, HOST, TINY, 8401, 512)
+    settings = Settings(
+        model_dir=tmp_path, model_name="tiny", images={"vllm-openai": "v"},
+        workload=workloads.QUICK, max_model_len=512, out_dir=tmp_path / "gen", plots=True,
+    )  # fmt: skip
+    result, status = runner.run_bench(kinds.GENERATION_KIND, configs, settings)
+    assert status == 0 and result["meta"]["kind"] == "generation"
+    assert check.check_outputs(tmp_path / "gen", names) == []
+    assert {r["config"] for r in result["batch1"]} == set(names)
+    assert (tmp_path / "gen" / "raw" / "auto-r1-client0.json").is_file()
+    assert removed(engine) >= {s.name for c in configs for s in c.servers}
+
+    pooling_names = list(POOLING_SPECS)
+    configs, _ = layouts.resolve(
+        pooling_names, HOST, MINILM, 8901, 256, specs=POOLING_SPECS, pooling="mean"
+    )
+    settings = Settings(
+        model_dir=tmp_path, model_name="minilm", images={"vllm-openai": "v", "infinity": "i"},
+        workload=workloads.POOLING_QUICK, max_model_len=256, out_dir=tmp_path / "embed",
+        onnx_dir=tmp_path, cpu="a CPU", plots=True,
+    )  # fmt: skip
+    result, status = runner.run_bench(kinds.POOLING_KIND, configs, settings)
+    assert status == 0 and result["meta"]["kind"] == "embed"
+    assert check.check_outputs(tmp_path / "embed", pooling_names) == []
+    assert [c["cosine_to_stock"] for c in result["configurations"]] == [1.0, 1.0, 1.0]
+    assert (tmp_path / "embed" / "raw" / "infinity-b8-r1-client0.json").is_file()
+    infinity = [p for p in FakePool.passes if "infinity-embeddings" in p]
+    assert infinity and all(opt(p, "--endpoint") == "/embeddings" for p in infinity)
+    assert removed(engine) >= {s.name for c in configs for s in c.servers}
+
+
+def test_a_configuration_that_fails_is_a_failure_and_the_others_still_run(
+    engine, monkeypatch, tmp_path
+):
+    configs, _ = layouts.resolve(
+        list(POOLING_SPECS), HOST, MINILM, 8901, 256, specs=POOLING_SPECS, pooling="mean"
+    )
+    settings = Settings(
+        model_dir=tmp_path, model_name="minilm", images={"vllm-openai": "v", "infinity": "i"},
+        workload=workloads.POOLING_QUICK, max_model_len=256, out_dir=tmp_path / "embed",
+        onnx_dir=tmp_path, plots=False,
+    )  # fmt: skip
+    answer = http_client.post
+
+    def no_vector_from_infinity(url: str, body: object, timeout: float) -> bytes:
+        if url.endswith(":8901/embeddings"):
+            raise OSError("connection refused")
+        return answer(url, body, timeout)
+
+    monkeypatch.setattr(http_client, "post", no_vector_from_infinity)
+    result, status = runner.run_bench(kinds.POOLING_KIND, configs, settings)
+    assert status == 1
+    assert result["meta"]["failures"][0].startswith("infinity: http://127.0.0.1:8901/embeddings")
+    assert {r["config"] for r in result["runs"]} == {"stock", "auto"}
+    assert removed(engine) >= {s.name for c in configs for s in c.servers}  # infinity's too
