@@ -3,8 +3,7 @@ meta, which names its kind; the configurations and what ran; the runs: a generat
 model's throughput repeats and batch 1's, a pooling model's repeats at each batch size)
 and everything derived from them, which the bench writes (bench/report.py) and
 bench/check.py derives again to compare. A generating model's: summary rows, the
-verdict, the planner against each peer and the other weights, the roofline, the quality
-rows (bench/scored.py: a configuration beyond its format's bound is never the best). A pooling
+verdict, the planner against each peer and the other weights, the roofline. A pooling
 model's: summary rows per batch size, the planner's quotients, the best per batch size.
 """
 
@@ -14,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from zenvllm.bench import roofline, scored
+from zenvllm.bench import roofline
 from zenvllm.bench.catalogue import (
     ACCEPTANCE_RATIO,
     INFINITY,
@@ -77,29 +76,17 @@ def derived(
     configs: list[Configuration],
     runs: list[Run],
     batch1: list[Run] | tuple[Run, ...] = (),
-    quality_runs: list[dict[str, Any]] | tuple[dict[str, Any], ...] = (),
 ) -> dict[str, Any]:
     """Everything the document derives from its raw runs: summary rows, the verdict (the
-    planner's batch-1 share too; none beyond its quality bound the best), the peers,
-    other weights, the roofline and the quality rows."""
+    planner's batch-1 share too), the peers, other weights and the roofline."""
     summaries = summarize(runs, configs, batch1)
     rows = roofline.roofline(summaries, configs, meta)
-    judged = scored.judged_rows(list(quality_runs))
-    planner = next((r["within"] for r in judged if r["config"] == PLANNER), None)
-    out = scored.beyond(judged)
-    quality = {"beyond_bound": sorted(out), "planner_within": planner}
-    fit = [s for s in summaries if s.config not in out]
     return {
         "summary": [asdict(s) for s in summaries],
-        "verdict": {
-            **verdict(summaries, configs, fit),
-            **roofline.batch1_verdict(rows),
-            **quality,
-        },
+        "verdict": {**verdict(summaries, configs), **roofline.batch1_verdict(rows)},
         "peers": peer_ratios(summaries, configs),
         "weights": weight_ratios(summaries, configs),
         "roofline": rows,
-        "quality": judged,
     }
 
 
@@ -132,17 +119,11 @@ def result_document(
     runs: list[Run],
     batch1: list[Run] | tuple[Run, ...] = (),
     facts: dict[str, dict[str, Any]] | None = None,
-    quality_runs: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """A generating model's: `runs`, the throughput workload's repeats; `batch1`, one
     request at a time; `facts`: per configuration, what ran (backend) and how it started
-    (start, restart); `quality_runs`: what each one's first server scored."""
-    raw: dict[str, list[dict[str, Any]]] = {
-        "runs": [asdict(r) for r in runs],
-        "batch1": [asdict(r) for r in batch1],
-    }
-    if quality_runs is not None:
-        raw["quality_runs"] = quality_runs
+    (start, restart)."""
+    raw = {"runs": [asdict(r) for r in runs], "batch1": [asdict(r) for r in batch1]}
     return assemble(GENERATION, meta, configs, images, raw, facts or {}, derive)
 
 
@@ -168,34 +149,30 @@ def derive(result: dict[str, Any]) -> dict[str, Any]:
     its raw runs."""
     configs: list[Configuration] = configs_from_dicts(result["configurations"])
     runs, batch1 = runs_of(result)
-    return derived(result["meta"], configs, runs, batch1, result.get("quality_runs", []))
+    return derived(result["meta"], configs, runs, batch1)
 
 
 # -- a generating model's verdict and ratios --------------------------------------------
 
 
-def verdict(
-    summaries: list[Summary], configs: list[Configuration], fit: list[Summary] | None = None
-) -> dict[str, Any]:
+def verdict(summaries: list[Summary], configs: list[Configuration]) -> dict[str, Any]:
     """Does the planner's auto layout reach the acceptance ratio, and is it the best
-    layout of its image the sweep found? The best are chosen among `fit` (those within
-    their quality bound; None: all)."""
+    layout of its image the sweep found?"""
     by_name = {s.config: s for s in summaries}
     kinds = {c.name: c for c in configs}
     planner = by_name.get(PLANNER)
-    fit = summaries if fit is None else fit
     same_image = (
         [
             s
-            for s in fit
+            for s in summaries
             if kinds[s.config].kind == "plan" and kinds[s.config].target == kinds[PLANNER].target
         ]
         if planner
         else []
     )
     best = max(same_image, key=lambda s: s.output_tok_s, default=None)
-    overall = max(fit, key=lambda s: s.output_tok_s, default=None)
-    rival = best_rival(fit, configs)
+    overall = max(summaries, key=lambda s: s.output_tok_s, default=None)
+    rival = best_rival(summaries, configs)
     near = round(planner.output_tok_s / rival.output_tok_s, 3) if planner and rival else None
     return {
         "planner": PLANNER,
