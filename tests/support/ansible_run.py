@@ -148,6 +148,9 @@ def playbook(
         playbook_argv(*args, extra_vars=extra_vars, playbook_file=playbook_file, cpus=cpus),
         cwd=ANSIBLE_DIR,
         env=env(),
+        # Ansible refuses a non-blocking stdin, which a test run started in the
+        # background may hand down: no playbook here reads it.
+        stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -173,6 +176,7 @@ def start_playbook(
         playbook_argv(*args, extra_vars=extra_vars, playbook_file=playbook_file, cpus=""),
         cwd=ANSIBLE_DIR,
         env=env(),
+        stdin=subprocess.DEVNULL,  # as playbook(): Ansible refuses a non-blocking one
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
