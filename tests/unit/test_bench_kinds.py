@@ -14,7 +14,7 @@ from typing import ClassVar
 
 import pytest
 from support.tiny_model import ensure_tiny_model
-from test_pooling import BERT, ST_MODULES, encoder_dir
+from test_pooling import minilm_dir
 
 from zenvllm.bench import (
     backend,
@@ -47,15 +47,7 @@ MINILM = Model(
 
 @pytest.fixture
 def encoder(tmp_path):
-    model = tmp_path / "minilm"
-    model.mkdir()
-    encoder_dir(model, BERT, ST_MODULES)
-    (model / "1_Pooling").mkdir()
-    (model / "1_Pooling" / "config.json").write_text(
-        json.dumps({"word_embedding_dimension": 384, "pooling_mode_mean_tokens": True})
-    )
-    (model / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 256}))
-    return model
+    return minilm_dir(tmp_path / "minilm")
 
 
 # -- which kind ---------------------------------------------------------------------

@@ -59,6 +59,18 @@ def encoder_dir(tmp_path: Path, config: dict, modules: list | None) -> Path:
     return tmp_path
 
 
+def minilm_dir(model: Path) -> Path:
+    """A sentence-transformers MiniLM directory at `model` (made): the bench tests' encoder."""
+    model.mkdir()
+    encoder_dir(model, BERT, ST_MODULES)
+    (model / "1_Pooling").mkdir()
+    (model / "1_Pooling" / "config.json").write_text(
+        json.dumps({"word_embedding_dimension": 384, "pooling_mode_mean_tokens": True})
+    )
+    (model / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 256}))
+    return model
+
+
 def test_an_encoder_is_read_without_a_kv_cache(tmp_path):
     model = read_model(encoder_dir(tmp_path, BERT, ST_MODULES))
     assert model.runner == POOLING and model.kv_bytes_per_token is None
