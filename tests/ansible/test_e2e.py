@@ -29,7 +29,7 @@ from cryptography import x509
 from support import engine, gateway, prometheus, role_template
 from support.ansible_run import ANSIBLE_DIR, BIN, changed_tasks, planner_zipapp, playbook
 from support.ansible_run import env as ansible_env
-from support.load import BackgroundLoad
+from support.load import STEADY, BackgroundLoad
 from support.nspawn import NETWORKS
 from support.tiny_model import ensure_tiny_model
 
@@ -735,9 +735,8 @@ def test_a_new_model_version_then_a_bad_image_and_a_rollback_fail_no_request(dep
         URL,
         "tiny-v2",
         requests=100_000,
-        concurrency=2,
         max_tokens=4,
-        pause=0.5,
+        **STEADY,
         headers={"Authorization": f"Bearer {key}"},
         cafile=cafile,
     ).start()

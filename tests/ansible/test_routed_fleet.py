@@ -56,7 +56,7 @@ from conftest import REPO, require, require_tool
 from support import engine, gateway, role_template, scan
 from support.ansible_run import ANSIBLE_DIR, changed_tasks, planner_zipapp, playbook
 from support.embedding_model import ensure_embedding_model
-from support.load import BackgroundLoad, greedy_text
+from support.load import STEADY, BackgroundLoad, greedy_text
 from support.tiny_model import ensure_tiny_model
 from support.wheels import router_wheelhouse
 
@@ -663,9 +663,9 @@ def test_a_rolling_update_across_hosts_fails_nothing(fleet):
     before = {where: fleet.containers(where) for where in (ROUTER_HOST, "here")}
     # Steady but not saturating: while one host restarts, the other (one core here)
     # serves everything, and Ansible, the engine and the load share the machine too.
-    load = fleet.load(100_000, concurrency=2, pause=0.5)
+    load = fleet.load(100_000, **STEADY)
     try:  # stopped however the deploy ends: its threads would hold pytest's exit
-        load.wait_for(20)
+        load.wait_for(6)
         run = fleet.deploy(zenvllm_serial=1, zenvllm_instances_extra_env=ROLLOUT_ENV)
         sent_during = load.progress.sent
     finally:
@@ -1136,7 +1136,7 @@ def test_a_copy_cut_over_both_hosts_serves_at_its_head_and_heals(fleet):
 
     # The headless stage dies as on a crash, under load: the group leaves the router,
     # forms again by itself and answers as before; no answer is wrong meanwhile.
-    load = fleet.load(100_000, concurrency=2, pause=0.5, judged=True)
+    load = fleet.load(100_000, judged=True, **STEADY)
     try:
         load.wait_for(6)
         killed = time.monotonic()
@@ -1236,7 +1236,7 @@ def heals_under_load(fleet, head: str, before: str, what: str, fault) -> None:
     answers as `before`; no answer is wrong, none waits past the step timeout plus 40 s,
     and none fails outside the fault's window."""
     fleet.wait_router(True, [head], timeout=600)
-    load = fleet.load(100_000, concurrency=2, pause=0.5, judged=True)
+    load = fleet.load(100_000, judged=True, **STEADY)
     try:
         load.wait_for(6)
         start = time.monotonic()
