@@ -91,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
         restart=request.restart,
         stock_dtype=stock_dtype,
         plan_dtype=plan_dtype,
+        formats=ready.formats,
     )
     return measure_and_report(kind, configs, settings, request.out, request.metrics_file)
 
