@@ -269,7 +269,15 @@ def test_a_full_disk_under_out_is_named_and_leaves_nothing(prerequisites, tmp_pa
     port = BASE_PORT + 60
     try:
         done = zenvllm_bench(
-            *("--quick", "--configs", "stock", "--base-port", str(port), "--no-plots"),
+            *(
+                "--quick",
+                "--configs",
+                "stock",
+                "--base-port",
+                str(port),
+                "--no-plots",
+                "--no-quality",
+            ),
             *("--model", str(prerequisites), "--out", str(small / "out")),
             capture_output=True,
         )

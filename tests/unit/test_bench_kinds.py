@@ -166,7 +166,11 @@ class FakeEngine:
             self.live.add(named[0] if named else opt(list(args), "--name"))
         elif args[:2] == ("rm", "-f"):
             self.live.discard(args[2])
-        out = {"inspect": "running", "logs": "a server's log", "ps": ""}.get(args[0], "")
+        if args[0] == "inspect":  # a container removed is no longer found
+            found = args[-1] in self.live
+            out = "running" if found and "{{.State.Status}}" in args else args[-1] * found
+            return subprocess.CompletedProcess(list(args), 0 if found else 1, out, "")
+        out = {"logs": "a server's log", "ps": ""}.get(args[0], "")
         if args[0] == "stats":
             out = "\n".join("100MiB / 1GiB" for _ in args[4:])
         return subprocess.CompletedProcess(list(args), 0, out, "")
@@ -289,3 +293,23 @@ def test_a_configuration_that_fails_is_a_failure_and_the_others_still_run(
     assert result["meta"]["failures"][0].startswith("infinity: http://127.0.0.1:8901/embeddings")
     assert {r["config"] for r in result["runs"]} == {"stock", "auto"}
     assert removed(engine) >= {s.name for c in configs for s in c.servers}  # infinity's too
+
+
+def test_a_container_still_starting_is_removed_when_asked_again(monkeypatch):
+    """An interrupted run leaves the engine starting its first server, and `rm -f` of a
+    container still starting fails: the runner asks again until it is gone."""
+    fake = fake_engine(monkeypatch)
+    fake.live.add("zenvllm-bench-stock-8401")
+    refusals = iter([True, True])  # the first two asks find it still starting
+    plain_run = fake.run
+
+    def run(*args: str, **kw: object) -> subprocess.CompletedProcess[str]:
+        if args[:2] == ("rm", "-f") and next(refusals, False):
+            return subprocess.CompletedProcess(list(args), 1, "", "container is starting")
+        return plain_run(*args, **kw)
+
+    monkeypatch.setattr(fake, "run", run)
+    monkeypatch.setattr(servers.time, "sleep", lambda s: None)
+    servers.remove("zenvllm-bench-stock-8401")
+    assert fake.live == set()
+    assert [c for c in fake.calls if c[0] == "rm"] == [("rm", "-f", "zenvllm-bench-stock-8401")]

@@ -183,3 +183,18 @@ def test_the_models_own_held_out_ids_are_read_bounded(tmp_path):
     with pytest.raises(gate.InputError):
         quality.heldout(tmp_path, "http://nowhere", "/model")
     assert sum(len(p.split()) for p in quality.shipped_text()) > 1000  # package data
+
+
+def test_a_speed_only_run_scores_nothing_and_checks_clean(engine, tmp_path):
+    """--no-quality (Settings.quality False): no reference started, no quality rows."""
+    configs, _ = layouts.resolve(["stock", "auto"], HOST, TINY, 8401, 512)
+    settings = Settings(
+        model_dir=tmp_path, model_name="tiny", images={"vllm-openai": "v"},
+        workload=workloads.QUICK, max_model_len=512, out_dir=tmp_path / "out", quality=False,
+    )  # fmt: skip
+    result, status = runner.run_bench(kinds.GENERATION_KIND, configs, settings)
+    assert status == 0, result["meta"]["failures"]
+    assert not any("reference" in " ".join(c) for c in engine.calls if c[0] == "run")
+    assert result["quality_runs"] == [] and result["quality"] == []
+    assert not (tmp_path / "out" / "quality.csv").exists()
+    assert check.check_outputs(tmp_path / "out") == []

@@ -128,7 +128,11 @@ def prepare(request: flags.BenchRequest, model_dir: Path, model: Model) -> Prepa
     configs, resolved = layouts.resolve(
         names, host, model, request.base_port, max_len, base, copies, stock_dtype
     )
-    configs, referred = with_reference(configs, request.base_port, model)
+    configs, referred = (
+        with_reference(configs, request.base_port, model)
+        if request.quality
+        else (configs, ["quality: not measured (--no-quality)"])
+    )
     notes += [*calibrated, *resolved, *referred]
     return Prepared(
         host,
@@ -217,7 +221,7 @@ def measure(config: Configuration, stage: Stage[Workload]) -> Measured:
     except (RuntimeError, ValueError) as err:
         say(f"{tag}: batch 1 FAILED: {err}")
         failures.append(f"{config.name} batch 1: {err}")
-    rated = rate(config, stage, failures)
+    rated = rate(config, stage, failures) if settings.quality else []
     wait = partial(wait_ready, timeout_s=settings.start_timeout_s)
     facts = backend.facts(config, stage.raw, stage.started, settings.restart, wait, say)
     ran = facts.get("backend", {})

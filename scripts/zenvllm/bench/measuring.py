@@ -75,6 +75,7 @@ class Settings(Generic[AnyWorkload]):
     stock_dtype: str = catalogue.STOCK_DTYPE
     plan_dtype: str = "bfloat16"
     restart: bool = True  # restart the planner's layout once: its warm time to ready
+    quality: bool = True  # score each configuration against the float32 reference
     formats: dict[str, str] = field(default_factory=dict)  # Prepared.formats
 
 
