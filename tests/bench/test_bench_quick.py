@@ -114,7 +114,10 @@ def test_batch1_is_measured_for_each_configuration_with_servers(quick):
     w = result["meta"]["workload"]
     prompts = w["batch1_prompts"]
     assert prompts == workloads.QUICK.batch1_prompts >= 1
-    served = [c["name"] for c in result["configurations"] if c["servers"]]
+    # The float32 reference is scored only (quality), never measured for speed.
+    served = [
+        c["name"] for c in result["configurations"] if c["servers"] and c["kind"] != "reference"
+    ]
     runs = {r["config"]: r for r in result["batch1"]}
     assert sorted(runs) == sorted(served) and "gateway" not in runs
     summary = {s["config"]: s for s in result["summary"]}
@@ -172,6 +175,9 @@ def test_every_configuration_ran_the_same_workload(quick):
     # One vLLM result file per client and repeat, warm-up kept apart.
     raw = out / "raw"
     for c in result["configurations"]:
+        if c["kind"] == "reference":  # scored only: no clients of its own
+            assert not list(raw.glob(f"{c['name']}-*-client*.json")), c["name"]
+            continue
         clients = max(1, len(c["servers"]))
         assert len(list(raw.glob(f"{c['name']}-r1-client*.json"))) == clients
         assert len(list(raw.glob(f"{c['name']}-warmup-client*.json"))) == clients
@@ -225,11 +231,12 @@ def test_nothing_is_left_behind(quick, nginx_before):
 
 
 def test_interrupted_run_cleans_up_and_writes_nothing(prerequisites, tmp_path):
-    """SIGTERM while the first server starts: containers removed, no output directory."""
+    """SIGTERM while the first server starts (the float32 reference's, on stock's port):
+    containers removed, no output directory."""
     out = tmp_path / "out"
     port = BASE_PORT + 50
     argv = [*ZENVLLM, "bench", "--quick", "--configs", "stock", "--base-port", str(port)]
-    server = f"zenvllm-bench-stock-{port}"
+    server = f"zenvllm-bench-reference-{port}"
     proc = subprocess.Popen(
         [*argv, "--model", str(prerequisites), "--out", str(out)],
         env=engine_env(),
@@ -240,14 +247,14 @@ def test_interrupted_run_cleans_up_and_writes_nothing(prerequisites, tmp_path):
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not named(server):
             time.sleep(0.5)
-        assert named(server), "the stock server never started"
+        assert named(server), "the reference server never started"
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=180)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode != 0
-    assert named(server) == []
+    assert named(server) == [] and named(f"zenvllm-bench-stock-{port}") == []
     assert not out.exists()
     assert not list(tmp_path.glob(".out.tmp-*"))
 
@@ -262,7 +269,15 @@ def test_a_full_disk_under_out_is_named_and_leaves_nothing(prerequisites, tmp_pa
     port = BASE_PORT + 60
     try:
         done = zenvllm_bench(
-            *("--quick", "--configs", "stock", "--base-port", str(port), "--no-plots"),
+            *(
+                "--quick",
+                "--configs",
+                "stock",
+                "--base-port",
+                str(port),
+                "--no-plots",
+                "--no-quality",
+            ),
             *("--model", str(prerequisites), "--out", str(small / "out")),
             capture_output=True,
         )
@@ -282,7 +297,9 @@ def test_dry_run_prints_only_the_configurations_as_json(prerequisites, tmp_path)
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout)  # notes go inside the JSON, not before it
     by_name = {c["name"]: c for c in plan["configurations"]}
-    assert set(by_name) == {"stock", "auto", "vllm-dp"}
+    # Those asked for, after the float32 reference every other's quality is judged by.
+    assert next(iter(by_name)) == "reference-f32"
+    assert set(by_name) == {"reference-f32", "stock", "auto", "vllm-dp"}
     assert by_name["vllm-dp"]["servers"][0]["serve_args"][0] == "--data-parallel-size"
     assert any(n.startswith("planner bandwidth:") for n in plan["notes"])
     assert not (tmp_path / "out").exists()  # nothing measured, nothing written

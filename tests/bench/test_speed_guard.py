@@ -46,7 +46,17 @@ SABOTAGED = guard.sabotaged(*dtypes(STOCK_DTYPE, read_host()))
 
 
 def bench(out: Path, model: Path, *args: str) -> subprocess.CompletedProcess:
-    argv = [*ZENVLLM, "bench", "--model", str(model), "--out", str(out), "--compile"]
+    # Speed only: its quality is the quick run's to check (test_bench_quick.py).
+    argv = [
+        *ZENVLLM,
+        "bench",
+        "--model",
+        str(model),
+        "--out",
+        str(out),
+        "--compile",
+        "--no-quality",
+    ]
     argv += ["--compile-cache", str(CACHE), "--base-port", str(BASE_PORT), *WORKLOAD, *args]
     done = subprocess.run(argv, env=engine_env(), text=True, capture_output=True, timeout=1800)
     assert done.returncode == 0, f"{done.stdout[-4000:]}\n{done.stderr[-4000:]}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 from pathlib import Path
 from typing import ClassVar
@@ -96,7 +97,9 @@ def test_one_command_prepares_an_embedding_model_without_embed(capsys, tmp_path,
 
 def test_one_command_prepares_a_generating_model(capsys, tmp_path):
     plan = dry_run(capsys, tmp_path, "--model", str(ensure_tiny_model()), "--configs", "stock,auto")
-    assert [c["name"] for c in plan["configurations"]][:1] == ["stock"]
+    # the float32 quality reference first, scored only
+    assert [c["name"] for c in plan["configurations"]][:2] == ["reference-f32", "stock"]
+    assert plan["configurations"][0]["servers"][0]["dtype"] == "float32"
     assert "batch_sizes" not in plan["workload"]
     assert plan["workload"]["output_len"] == workloads.FULL.output_len
 
@@ -112,12 +115,14 @@ class FakePool:
     """The run's clients: each pass writes the result file `vllm bench serve` would."""
 
     passes: ClassVar[list[list[str]]] = []  # every pass's arguments, in order
+    fast = ""  # the configuration whose passes take half the time (the fastest)
 
     def __init__(self, setup: clients.Clients) -> None:
         self.clients = setup
 
     def ask(self, index: int, argv: list[str], log: str) -> None:
         FakePool.passes.append(argv)
+        stem = opt(argv, "--result-filename")
         n, length = int(opt(argv, "--num-prompts")), int(opt(argv, "--random-input-len"))
         if "--random-batch-size" in argv:  # an embedding backend's
             batch = int(opt(argv, "--random-batch-size"))
@@ -135,7 +140,7 @@ class FakePool:
                 "completed": n,
                 "total_input_tokens": n * length,
                 "total_output_tokens": n * int(opt(argv, "--random-output-len")),
-                "duration": 1.0,
+                "duration": 0.5 if FakePool.fast and stem.startswith(FakePool.fast) else 1.0,
                 **{f"{a}_{m}_ms": 10.0 for a in ("mean", "median") for m in ("ttft", "tpot")},
             }
         (self.clients.result_dir / opt(argv, "--result-filename")).write_text(json.dumps(data))
@@ -152,10 +157,20 @@ class FakeEngine:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, ...]] = []
+        self.live: set[str] = set()  # the containers running now
 
     def run(self, *args: str, **_: object) -> subprocess.CompletedProcess[str]:
         self.calls.append(args)
-        out = {"inspect": "running", "logs": "a server's log", "ps": ""}.get(args[0], "")
+        if args[0] == "run":
+            named = [a.partition("=")[2] for a in args if a.startswith("--name=")]
+            self.live.add(named[0] if named else opt(list(args), "--name"))
+        elif args[:2] == ("rm", "-f"):
+            self.live.discard(args[2])
+        if args[0] == "inspect":  # a container removed is no longer found
+            found = args[-1] in self.live
+            out = "running" if found and "{{.State.Status}}" in args else args[-1] * found
+            return subprocess.CompletedProcess(list(args), 0 if found else 1, out, "")
+        out = {"logs": "a server's log", "ps": ""}.get(args[0], "")
         if args[0] == "stats":
             out = "\n".join("100MiB / 1GiB" for _ in args[4:])
         return subprocess.CompletedProcess(list(args), 0, out, "")
@@ -163,8 +178,13 @@ class FakeEngine:
 
 @pytest.fixture
 def engine(monkeypatch) -> FakeEngine:
+    return fake_engine(monkeypatch)
+
+
+def fake_engine(monkeypatch: pytest.MonkeyPatch) -> FakeEngine:
+    """The fakes in place of docker, the clients and the servers' HTTP answers."""
     fake = FakeEngine()
-    FakePool.passes = []
+    FakePool.passes, FakePool.fast = [], ""
     monkeypatch.setattr(servers, "DOCKER", fake)
     monkeypatch.setattr(servers, "healthy", lambda port: True)
     monkeypatch.setattr(servers, "port_in_use", lambda port: False)
@@ -173,9 +193,43 @@ def engine(monkeypatch) -> FakeEngine:
     monkeypatch.setattr(leftovers, "found", set)  # never another process's files
     monkeypatch.setattr(leftovers, "clean", lambda before: [])
     monkeypatch.setattr(backend, "facts", lambda c, raw, started, *rest: {"start": started})
-    vector = json.dumps({"data": [{"embedding": [0.1, 0.2, 0.3]}]}).encode()
-    monkeypatch.setattr(http_client, "post", lambda url, body, timeout: vector)
+    monkeypatch.setattr(http_client, "post", FakeServers(fake))
     return fake
+
+
+class FakeServers:
+    """What every server answers: a pooling model's vector; a generating model's vLLM
+    /tokenize, prompt logprobs (echo) and greedy token ids. A sabotaged server (a running
+    container whose name holds `sabotaged`) gives every token 15% more perplexity and
+    other greedy tokens from the 8th on: a kernel that returns wrong numbers."""
+
+    sabotaged = ""
+
+    def __init__(self, engine: FakeEngine) -> None:
+        self.engine = engine
+        FakeServers.sabotaged = ""
+
+    def wrong(self) -> bool:
+        return bool(self.sabotaged) and any(self.sabotaged in n for n in self.engine.live)
+
+    def __call__(self, url: str, body: dict, timeout: float = 300) -> bytes:
+        if url.endswith("/tokenize"):
+            return json.dumps(
+                {"tokens": [len(w) * 7 % 50 for w in body["prompt"].split()]}
+            ).encode()
+        if not url.endswith("/v1/completions"):
+            return json.dumps({"data": [{"embedding": [0.1, 0.2, 0.3]}]}).encode()
+        if body.get("echo"):
+            off = math.log(1.15) if self.wrong() else 0.0
+            lps = [None] + [-(1.0 + (i % 5) * 0.1) - off for i in body["prompt"][1:]]
+            return json.dumps(
+                {"choices": [{"logprobs": {"token_logprobs": [*lps, -0.5]}}]}
+            ).encode()
+        ids = [
+            (7 * i + (3 if self.wrong() and i >= 8 else 0)) % 50 for i in range(body["max_tokens"])
+        ]
+        tokens = [f"token_id:{i}" for i in ids]
+        return json.dumps({"choices": [{"logprobs": {"tokens": tokens}}]}).encode()
 
 
 def removed(fake: FakeEngine) -> set[str]:
@@ -239,3 +293,23 @@ def test_a_configuration_that_fails_is_a_failure_and_the_others_still_run(
     assert result["meta"]["failures"][0].startswith("infinity: http://127.0.0.1:8901/embeddings")
     assert {r["config"] for r in result["runs"]} == {"stock", "auto"}
     assert removed(engine) >= {s.name for c in configs for s in c.servers}  # infinity's too
+
+
+def test_a_container_still_starting_is_removed_when_asked_again(monkeypatch):
+    """An interrupted run leaves the engine starting its first server, and `rm -f` of a
+    container still starting fails: the runner asks again until it is gone."""
+    fake = fake_engine(monkeypatch)
+    fake.live.add("zenvllm-bench-stock-8401")
+    refusals = iter([True, True])  # the first two asks find it still starting
+    plain_run = fake.run
+
+    def run(*args: str, **kw: object) -> subprocess.CompletedProcess[str]:
+        if args[:2] == ("rm", "-f") and next(refusals, False):
+            return subprocess.CompletedProcess(list(args), 1, "", "container is starting")
+        return plain_run(*args, **kw)
+
+    monkeypatch.setattr(fake, "run", run)
+    monkeypatch.setattr(servers.time, "sleep", lambda s: None)
+    servers.remove("zenvllm-bench-stock-8401")
+    assert fake.live == set()
+    assert [c for c in fake.calls if c[0] == "rm"] == [("rm", "-f", "zenvllm-bench-stock-8401")]

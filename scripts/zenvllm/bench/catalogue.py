@@ -15,6 +15,11 @@ STOCK_SHM = "4g"
 STOCK_DTYPE = "bfloat16"
 STOCK = "stock"
 PLANNER = "auto"  # the configuration that is the planner's own choice
+# The quality reference of a generating model: stock vLLM in float32, one copy unsplit,
+# scored only (no throughput runs); every other configuration's quality is judged
+# against it (core/quality.py, bench/scored.py). Where stock serves float32 it is stock.
+REFERENCE = "reference-f32"
+REFERENCE_KIND = "reference"
 INFINITY = "infinity"  # a pooling model's peer: infinity-emb's server
 ACCEPTANCE_RATIO = 1.3  # the goal: the planner's layout >= 1.3x stock output throughput
 NEAR_BEST = 0.95  # the goal: the planner's layout >= 0.95x the best that serves the same weights

@@ -4,8 +4,9 @@
 failed or is missing; the runs are what the workload asked of every configuration and
 every derived figure follows from the raw runs (the document's kind, bench/kinds.py,
 checks its own: a generating model's in bench/recompute.py, which trusts no stored
-verdict; a pooling model's in bench/pooling.py); the CSVs and the table say what
-results.json says; the plots are PNGs.
+verdict, its quality verdicts included, and fails a layout of the planner's beyond its
+quality bound; a pooling model's in bench/pooling.py); the CSVs (quality.csv too) and
+the table say what results.json says; the plots are PNGs.
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ def check_outputs(out_dir: Path, expect: list[str] | None = None) -> list[str]:
     raw = [r for key in kind.raw for r in result.get(key, [])]
     problems += compare_csv(out_dir / "runs.csv", raw, "runs.csv")
     problems += compare_csv(out_dir / "summary.csv", result["summary"], "summary.csv")
+    if result.get("quality"):
+        problems += compare_csv(out_dir / "quality.csv", result["quality"], "quality.csv")
     table = gate.read_text(out_dir / "table.md", gate.DOCUMENT, "run the bench again", True)
     problems += kind.table_problems(result, table or "")
     return problems + plot_problems(out_dir, kind.plot_files)

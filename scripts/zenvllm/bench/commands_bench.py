@@ -89,8 +89,10 @@ def run(args: argparse.Namespace) -> int:
         compile_cache_dir=compile_cache,
         serve_env=dict(request.serve_env),
         restart=request.restart,
+        quality=request.quality,
         stock_dtype=stock_dtype,
         plan_dtype=plan_dtype,
+        formats=ready.formats,
     )
     return measure_and_report(kind, configs, settings, request.out, request.metrics_file)
 

@@ -3,7 +3,8 @@ meta, which names its kind; the configurations and what ran; the runs: a generat
 model's throughput repeats and batch 1's, a pooling model's repeats at each batch size)
 and everything derived from them, which the bench writes (bench/report.py) and
 bench/check.py derives again to compare. A generating model's: summary rows, the
-verdict, the planner against each peer and the other weights, the roofline. A pooling
+verdict, the planner against each peer and the other weights, the roofline, the quality
+rows (bench/scored.py: a configuration beyond its format's bound is never the best). A pooling
 model's: summary rows per batch size, the planner's quotients, the best per batch size.
 """
 
@@ -13,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from zenvllm.bench import roofline
+from zenvllm.bench import roofline, scored
 from zenvllm.bench.catalogue import (
     ACCEPTANCE_RATIO,
     INFINITY,
@@ -76,17 +77,29 @@ def derived(
     configs: list[Configuration],
     runs: list[Run],
     batch1: list[Run] | tuple[Run, ...] = (),
+    quality_runs: list[dict[str, Any]] | tuple[dict[str, Any], ...] = (),
 ) -> dict[str, Any]:
     """Everything the document derives from its raw runs: summary rows, the verdict (the
-    planner's batch-1 share too), the peers, other weights and the roofline."""
+    planner's batch-1 share too; none beyond its quality bound the best), the peers,
+    other weights, the roofline and the quality rows."""
     summaries = summarize(runs, configs, batch1)
     rows = roofline.roofline(summaries, configs, meta)
+    judged = scored.judged_rows(list(quality_runs))
+    planner = next((r["within"] for r in judged if r["config"] == PLANNER), None)
+    out = scored.beyond(judged)
+    quality = {"beyond_bound": sorted(out), "planner_within": planner}
+    fit = [s for s in summaries if s.config not in out]
     return {
         "summary": [asdict(s) for s in summaries],
-        "verdict": {**verdict(summaries, configs), **roofline.batch1_verdict(rows)},
+        "verdict": {
+            **verdict(summaries, configs, fit),
+            **roofline.batch1_verdict(rows),
+            **quality,
+        },
         "peers": peer_ratios(summaries, configs),
         "weights": weight_ratios(summaries, configs),
         "roofline": rows,
+        "quality": judged,
     }
 
 
@@ -119,11 +132,17 @@ def result_document(
     runs: list[Run],
     batch1: list[Run] | tuple[Run, ...] = (),
     facts: dict[str, dict[str, Any]] | None = None,
+    quality_runs: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """A generating model's: `runs`, the throughput workload's repeats; `batch1`, one
     request at a time; `facts`: per configuration, what ran (backend) and how it started
-    (start, restart)."""
-    raw = {"runs": [asdict(r) for r in runs], "batch1": [asdict(r) for r in batch1]}
+    (start, restart); `quality_runs`: what each one's first server scored."""
+    raw: dict[str, list[dict[str, Any]]] = {
+        "runs": [asdict(r) for r in runs],
+        "batch1": [asdict(r) for r in batch1],
+    }
+    if quality_runs is not None:
+        raw["quality_runs"] = quality_runs
     return assemble(GENERATION, meta, configs, images, raw, facts or {}, derive)
 
 
@@ -149,30 +168,34 @@ def derive(result: dict[str, Any]) -> dict[str, Any]:
     its raw runs."""
     configs: list[Configuration] = configs_from_dicts(result["configurations"])
     runs, batch1 = runs_of(result)
-    return derived(result["meta"], configs, runs, batch1)
+    return derived(result["meta"], configs, runs, batch1, result.get("quality_runs", []))
 
 
 # -- a generating model's verdict and ratios --------------------------------------------
 
 
-def verdict(summaries: list[Summary], configs: list[Configuration]) -> dict[str, Any]:
+def verdict(
+    summaries: list[Summary], configs: list[Configuration], fit: list[Summary] | None = None
+) -> dict[str, Any]:
     """Does the planner's auto layout reach the acceptance ratio, and is it the best
-    layout of its image the sweep found?"""
+    layout of its image the sweep found? The best are chosen among `fit` (those within
+    their quality bound; None: all)."""
     by_name = {s.config: s for s in summaries}
     kinds = {c.name: c for c in configs}
     planner = by_name.get(PLANNER)
+    fit = summaries if fit is None else fit
     same_image = (
         [
             s
-            for s in summaries
+            for s in fit
             if kinds[s.config].kind == "plan" and kinds[s.config].target == kinds[PLANNER].target
         ]
         if planner
         else []
     )
     best = max(same_image, key=lambda s: s.output_tok_s, default=None)
-    overall = max(summaries, key=lambda s: s.output_tok_s, default=None)
-    rival = best_rival(summaries, configs)
+    overall = max(fit, key=lambda s: s.output_tok_s, default=None)
+    rival = best_rival(fit, configs)
     near = round(planner.output_tok_s / rival.output_tok_s, 3) if planner and rival else None
     return {
         "planner": PLANNER,

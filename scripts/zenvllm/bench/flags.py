@@ -51,6 +51,7 @@ class BenchRequest:
     compile: bool  # never fall back to --enforce-eager
     compile_cache: Path | None
     restart: bool  # not --no-restart
+    quality: bool  # not --no-quality
     serve_env: tuple[tuple[str, str], ...]  # KEY=VALUE pairs in the order given
     stock_dtype: str  # "bfloat16", or "plan": the dtype the planner serves on this CPU
     max_model_len: int | None
@@ -147,6 +148,11 @@ def add_server_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-restart", action="store_true", help="skip the planner's restart")
     parser.add_argument(
+        "--no-quality",
+        action="store_true",
+        help="speed only: no float32 reference and no quality scores (a generating model's)",
+    )
+    parser.add_argument(
         "--serve-env",
         type=arguments.env_pair,
         action="append",
@@ -229,6 +235,7 @@ def request_of(values: Mapping[str, Any]) -> BenchRequest:
         compile=args.compile,
         compile_cache=args.compile_cache,
         restart=not args.no_restart,
+        quality=not args.no_quality,
         serve_env=tuple(args.serve_env),
         stock_dtype=args.stock_dtype,
         max_model_len=args.max_model_len,

@@ -4,8 +4,9 @@ Its preparation from the request: the served length, the workload (prompts of a 
 output tokens, batch 1), the configurations of its catalogue on this host (other copies
 of the weights with --weights, the llama.cpp peers where the weights are bf16, the
 roofline's bandwidth measured). Its measurement of one configuration, servers ready:
-a warm-up, the repeats and batch 1 with vLLM's own `vllm bench serve`, then what ran,
-read back from the first server (bench/backend.py). Its meta: the dtypes, the
+a warm-up, the repeats and batch 1 with vLLM's own `vllm bench serve`, its quality
+through its first server (bench/quality.py; the float32 reference's only, first), then
+what ran, read back from the first server (bench/backend.py). Its meta: the dtypes, the
 --serve-env, the roofline's figures. bench/kinds.py puts it beside its figures.
 """
 
@@ -19,13 +20,15 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from zenvllm.bench import backend, bandwidth, catalogue, clients, flags, layouts, results
+from zenvllm.bench import backend, bandwidth, catalogue, clients, flags, layouts, quality, results
+from zenvllm.bench.catalogue import REFERENCE, REFERENCE_KIND, STOCK
 from zenvllm.bench.layouts import Configuration
 from zenvllm.bench.measuring import Measured, Prepared, Settings, Stage
 from zenvllm.bench.results import Run
 from zenvllm.bench.servers import say, servers_memory, wait_ready
 from zenvllm.bench.workloads import FULL, QUICK, Workload
 from zenvllm.core import gate
+from zenvllm.core import quality as judging
 from zenvllm.core.dtype import serving_dtype
 from zenvllm.core.errors import UserError
 from zenvllm.core.host import Host
@@ -125,10 +128,61 @@ def prepare(request: flags.BenchRequest, model_dir: Path, model: Model) -> Prepa
     configs, resolved = layouts.resolve(
         names, host, model, request.base_port, max_len, base, copies, stock_dtype
     )
-    notes += [*calibrated, *resolved]
-    return Prepared(
-        host, max_len, workload, configs, notes, measured, dtypes=(stock_dtype, plan_dtype)
+    configs, referred = (
+        with_reference(configs, request.base_port, model)
+        if request.quality
+        else (configs, ["quality: not measured (--no-quality)"])
     )
+    notes += [*calibrated, *resolved, *referred]
+    return Prepared(
+        host,
+        max_len,
+        workload,
+        configs,
+        notes,
+        measured,
+        dtypes=(stock_dtype, plan_dtype),
+        formats=formats(configs, model, copies),
+    )
+
+
+def with_reference(
+    configs: list[Configuration], port: int, model: Model
+) -> tuple[list[Configuration], list[str]]:
+    """The quality reference first: stock vLLM in float32 on the same port (it runs
+    alone, before stock), scored only; stock itself where it serves float32. A quantized
+    --model has no float32 weights to refer to."""
+    stock = next((c for c in configs if c.name == STOCK), None)
+    if model.quantization is not None:
+        return configs, [f"quality: not judged: --model holds {model.quantization.label} weights"]
+    if stock and stock.servers and stock.servers[0].served_dtype == "float32":
+        return configs, [f"quality: {STOCK} serves float32, one copy unsplit: the reference"]
+    server = layouts.in_dtype(layouts.stock_server(port, "float32"), model)
+    server = replace(server, name=f"zenvllm-bench-reference-{port}")
+    summary = "stock vLLM in float32, one copy unsplit: the quality reference (scored only)"
+    reference = Configuration(REFERENCE, REFERENCE_KIND, summary, "vllm-openai", (server,))
+    return [reference, *configs], []
+
+
+def formats(
+    configs: list[Configuration], model: Model, copies: tuple[layouts.Weights, ...]
+) -> dict[str, str]:
+    """The quality format of each configuration whose weights are quantized (--model's
+    or another copy's): its quantization's (core/quality.py)."""
+    by_dir = {w.path: w.model for w in copies}
+    out = {}
+    for c in configs:
+        if not c.servers or c.kind == "llamacpp":
+            continue
+        server = c.servers[0]
+        q = (
+            by_dir.get(server.model_dir, model).quantization
+            if server.model_dir
+            else model.quantization
+        )
+        if q is not None:
+            out[c.name] = judging.format_of(q.method, q.label, server.served_dtype)
+    return out
 
 
 def measure(config: Configuration, stage: Stage[Workload]) -> Measured:
@@ -136,6 +190,9 @@ def measure(config: Configuration, stage: Stage[Workload]) -> Measured:
     vLLM's own `vllm bench serve`), read back what ran: its runs and batch-1 run, what
     ran and how it started, and the failures that leave its runs standing (batch 1's;
     an accelerator that did not run)."""
+    if config.kind == REFERENCE_KIND:  # scored only
+        facts = {"start": stage.started} if stage.started else {}
+        return Measured({"quality_runs": [scored(config, stage)]}, facts)
     settings, w, tag = stage.settings, stage.settings.workload, stage.tag
     counted = config.kind == "llamacpp"
     shares = w.shares(len(stage.endpoints))
@@ -164,13 +221,66 @@ def measure(config: Configuration, stage: Stage[Workload]) -> Measured:
     except (RuntimeError, ValueError) as err:
         say(f"{tag}: batch 1 FAILED: {err}")
         failures.append(f"{config.name} batch 1: {err}")
+    rated = rate(config, stage, failures) if settings.quality else []
     wait = partial(wait_ready, timeout_s=settings.start_timeout_s)
     facts = backend.facts(config, stage.raw, stage.started, settings.restart, wait, say)
     ran = facts.get("backend", {})
     if ran.get("active") is False:  # never presented as what it is not
         failures.append(backend.describe(config.name, config.target, ran))
     rows = {"runs": [asdict(r) for r in runs], "batch1": [asdict(one)] if one else []}
-    return Measured(rows, facts, failures)
+    return Measured({**rows, "quality_runs": rated}, facts, failures)
+
+
+# What a server's API cannot be asked, by its kind: recorded as not measured, never passed.
+UNSCORED = {
+    "llamacpp": "not measured: llama.cpp's server echoes no prompt logprobs (vLLM's "
+    "completions API with echo), so its perplexity cannot be read the same way",
+}
+
+
+def quality_row(config: Configuration, stage: Stage[Workload], **figures: Any) -> dict[str, Any]:
+    """A raw quality row: the configuration, its format (its quantization's, else its
+    first server's dtype), what its server scored (or a note why not)."""
+    server = config.servers[0]
+    gguf = f"gguf {server.gguf}" if server.gguf else ""
+    fmt = stage.settings.formats.get(config.name) or gguf or server.served_dtype
+    empty: dict[str, Any] = {
+        "perplexity": None,
+        "scored_tokens": 0,
+        "text": "",
+        "greedy": [],
+        "note": "",
+    }
+    return {"config": config.name, "format": fmt, **empty, **figures}
+
+
+def rate(
+    config: Configuration, stage: Stage[Workload], failures: list[str]
+) -> list[dict[str, Any]]:
+    """Its quality row (none for the gateway: its servers are the planner's); a
+    measurement that fails is a failure of the run and a row that says so."""
+    if not config.servers:
+        return []
+    try:
+        return [scored(config, stage)]
+    except (RuntimeError, ValueError, OSError, UserError) as err:
+        say(f"{stage.tag}: quality FAILED: {err}")
+        failures.append(f"{config.name} quality: {err}")
+        return [quality_row(config, stage, note=f"not measured: {err}")]
+
+
+def scored(config: Configuration, stage: Stage[Workload]) -> dict[str, Any]:
+    """A configuration's quality through its first server (bench/quality.py)."""
+    if config.kind in UNSCORED:
+        return quality_row(config, stage, note=UNSCORED[config.kind])
+    url, model = stage.endpoints[0]
+    settings = stage.settings
+    figures = quality.scored(url, model, settings.model_dir, settings.max_model_len)
+    say(
+        f"{stage.tag}: quality: perplexity {figures['perplexity']:.4f} over "
+        f"{figures['scored_tokens']} tokens of {figures['text']}"
+    )
+    return quality_row(config, stage, **figures)
 
 
 def batch1(config: Configuration, stage: Stage[Workload]) -> Run | None:

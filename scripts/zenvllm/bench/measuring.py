@@ -36,6 +36,9 @@ class Prepared(Generic[AnyWorkload]):
     bandwidth: Bandwidth | None = None  # the roofline's (a generating model's), if measured
     pooling: str = ""  # a pooling model's sentence-transformers pooling (infinity's ONNX)
     dtypes: tuple[str, str] = (catalogue.STOCK_DTYPE, "bfloat16")  # stock's, the planner's
+    # A configuration's quality format where its weights are quantized (core/quality.py's
+    # BOUNDS); any other is judged as the dtype its first server serves in.
+    formats: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,8 @@ class Settings(Generic[AnyWorkload]):
     stock_dtype: str = catalogue.STOCK_DTYPE
     plan_dtype: str = "bfloat16"
     restart: bool = True  # restart the planner's layout once: its warm time to ready
+    quality: bool = True  # score each configuration against the float32 reference
+    formats: dict[str, str] = field(default_factory=dict)  # Prepared.formats
 
 
 @dataclass(frozen=True)

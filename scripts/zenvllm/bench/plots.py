@@ -1,6 +1,7 @@
 """The report's plots, for each model kind (matplotlib, the bench extra, is imported only
 when plotting). A generating model's: throughput.png (output tokens/s, median bars with
-min-max whiskers and the acceptance line) and latency.png (TTFT, TPOT). A pooling
+min-max whiskers and the acceptance line; a configuration beyond its quality bound
+hatched, its name in red with BEYOND) and latency.png (TTFT, TPOT). A pooling
 model's: throughput.png (inputs/s per batch size, a bar per configuration)."""
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ def generation_plots(result: dict[str, Any], out_dir: Path) -> list[Path]:
     colors = ["#7f7f7f" if n == STOCK else "#d62728" if n == PLANNER else "#1f77b4" for n in names]
     title = f"{result['meta']['model']} on {result['meta']['host']}"
     paths = [out_dir / "throughput.png", out_dir / "latency.png"]
-    throughput_plot(plt, summaries, colors, title, paths[0])
+    beyond = frozenset(result["verdict"].get("beyond_bound", []))
+    throughput_plot(plt, summaries, colors, title, paths[0], beyond)
     latency_plot(plt, summaries, colors, title, paths[1])
     return paths
 
@@ -45,18 +47,29 @@ def pyplot() -> ModuleType:
 
 
 def throughput_plot(
-    plt: ModuleType, summaries: list[Summary], colors: list[str], title: str, path: Path
+    plt: ModuleType,
+    summaries: list[Summary],
+    colors: list[str],
+    title: str,
+    path: Path,
+    beyond: frozenset[str] = frozenset(),
 ) -> None:
     """Output tok/s per configuration, each bar labelled with its ratio to stock, and
-    the acceptance line the planner's bar has to clear."""
-    names = [s.config for s in summaries]
+    the acceptance line the planner's bar has to clear; those `beyond` their quality
+    bound hatched and named BEYOND in red."""
+    names = [s.config + ("\nBEYOND" if s.config in beyond else "") for s in summaries]
     fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(names)), 4.5))
     med = [s.output_tok_s for s in summaries]
     err = [
         [m - s.output_min for m, s in zip(med, summaries, strict=True)],
         [s.output_max - m for m, s in zip(med, summaries, strict=True)],
     ]
-    ax.bar(names, med, yerr=err, capsize=4, color=colors)
+    bars = ax.bar(names, med, yerr=err, capsize=4, color=colors)
+    for bar, label, s in zip(bars, ax.get_xticklabels(), summaries, strict=False):
+        if s.config in beyond:
+            bar.set_hatch("//")
+            bar.set_edgecolor("#d62728")
+            label.set_color("#d62728")
     for i, s in enumerate(summaries):
         if s.ratio is not None:
             ax.annotate(

@@ -8,9 +8,10 @@ stored verdict: the summary rows, the verdict (acceptance, the planner against s
 the best layout and overall, the planner against the best that serves the same
 weights, its batch-1 share), the peers, the other weights and the roofline are derived
 again from the runs in results.json with the bench's own rules (bench/document.py),
-and every difference is a problem. A roofline share over 100% is one too: the
-bandwidth figure it divides by is too low. table.md must show them as the report
-writes them.
+and every difference is a problem; so are the quality rows, from the raw scores
+(bench/scored.py), and a layout of the planner's beyond its quality bound. A roofline
+share over 100% is one too: the bandwidth figure it divides by is too low. table.md
+must show them as the report writes them.
 """
 
 from __future__ import annotations
@@ -19,14 +20,23 @@ import statistics
 from dataclasses import MISSING, fields
 from typing import Any
 
-from zenvllm.bench import document, roofline
-from zenvllm.bench.catalogue import ACCEPTANCE_RATIO, NEAR_BEST, PEER_KINDS, PLANNER, STOCK
+from zenvllm.bench import document, roofline, scored
+from zenvllm.bench.catalogue import (
+    ACCEPTANCE_RATIO,
+    NEAR_BEST,
+    PEER_KINDS,
+    PLANNER,
+    REFERENCE_KIND,
+    STOCK,
+)
 from zenvllm.bench.results import Run, Summary
 from zenvllm.bench.roofline import has_batch1, roofline_row
 from zenvllm.bench.tables import batch1_row, verdict_lines, weights_row
 
 # Verdict keys a document written before the peers table lacks.
 PEER_KEYS = ("best_same_weights", "planner_vs_best", "near_best_ratio", "near_best")
+# Verdict keys a document written before quality was measured lacks.
+QUALITY_KEYS = ("beyond_bound", "planner_within")
 
 
 def close(a: object, b: object) -> bool:
@@ -74,12 +84,14 @@ def row_problems(
 
 
 def verdict_problems(
-    stored: dict[str, Any], derived: dict[str, Any], before_peers: bool
+    stored: dict[str, Any], derived: dict[str, Any], before_peers: bool, before_quality: bool
 ) -> list[str]:
     problems = []
     for key, value in derived.items():
         if key not in stored:
-            if not (before_peers and key in PEER_KEYS):
+            if not (
+                (before_peers and key in PEER_KEYS) or (before_quality and key in QUALITY_KEYS)
+            ):
                 problems.append(f"verdict: {key} is missing (derived: {value!r})")
         elif not close(stored[key], value):
             problems.append(f"verdict: {key} is {stored[key]!r}, the runs give {value!r}")
@@ -141,7 +153,11 @@ def problems(result: dict[str, Any], derived: dict[str, Any]) -> list[str]:
     (`derive(result)`)."""
     found = row_problems("summary", "config", result["summary"], derived["summary"])
     before_peers = "peers" not in result
-    found += verdict_problems(result["verdict"], derived["verdict"], before_peers)
+    before_quality = "quality" not in result
+    found += verdict_problems(result["verdict"], derived["verdict"], before_peers, before_quality)
+    if not before_quality or derived["quality"]:
+        found += row_problems("quality", "config", result.get("quality", []), derived["quality"])
+        found += scored.planner_problems(derived["quality"], result["configurations"])
     if "roofline" in result or derived["roofline"]:
         found += row_problems("roofline", "config", result.get("roofline", []), derived["roofline"])
     found += over_problems(derived["roofline"], result["meta"])
@@ -321,6 +337,8 @@ def generation_problems(result: dict[str, Any]) -> list[str]:
     summary = {s["config"]: s for s in result["summary"]}
     found = []
     for c in result["configurations"]:
+        if c["kind"] == REFERENCE_KIND:  # scored only
+            continue
         mine = [r for r in result["runs"] if r["config"] == c["name"]]
         found += config_problems(c["name"], mine, summary.get(c["name"]), w)
     return found + ratio_problems(summary) + backend_problems(result["configurations"])
@@ -339,6 +357,11 @@ def generation_table_problems(result: dict[str, Any], table: str) -> list[str]:
     """table.md shows each row, ratio, peer, the verdict in words and the other tables."""
     summary = {s["config"]: s for s in result["summary"]}
     found = table_problems(table, summary, result.get("peers", []))
+    found += [
+        f"table.md lacks the quality row {scored.line(r)!r}"
+        for r in result.get("quality", [])
+        if scored.line(r) not in table
+    ]
     return found + shown_problems(table, result, document.derive(result))
 
 

@@ -2,6 +2,7 @@
 
 results.json (the document), runs.csv (its raw rows: a generating model's throughput
 repeats then batch 1's; a pooling model's repeats at each batch size), summary.csv,
+quality.csv (a generating model's quality rows, bench/scored.py),
 table.md (its kind's tables, bench/tables.py) and its kind's PNG plots
 (bench/plots.py; matplotlib is imported only when plotting).
 """
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from zenvllm.bench import kinds
+from zenvllm.bench import kinds, scored
 
 
 def rows_csv(rows: list[dict[str, Any]], names: Sequence[str]) -> str:
@@ -33,7 +34,7 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def write_outputs(result: dict[str, Any], out_dir: Path, plots: bool = True) -> list[Path]:
-    """results.json, runs.csv, summary.csv, table.md and the PNGs into out_dir."""
+    """results.json, runs.csv, summary.csv, quality.csv, table.md and the PNGs into out_dir."""
     kind = kinds.of_document(result)
     raw = [r for key in kind.raw for r in result.get(key, [])]
     files = {
@@ -42,6 +43,8 @@ def write_outputs(result: dict[str, Any], out_dir: Path, plots: bool = True) -> 
         "summary.csv": rows_csv(result["summary"], kind.summary_columns),
         "table.md": kind.markdown(result),
     }
+    if result.get("quality"):  # a generating model's, where it was measured
+        files["quality.csv"] = rows_csv(result["quality"], scored.COLUMNS)
     written = []
     for name, text in files.items():
         path = out_dir / name

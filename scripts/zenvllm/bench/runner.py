@@ -40,8 +40,8 @@ class Ran:
     probes: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
     def add(self, name: str, measured: Measured) -> None:
-        for key, rows in measured.rows.items():
-            self.rows[key] += rows
+        for key, rows in measured.rows.items():  # a kind's keys beyond its raw ones too
+            self.rows.setdefault(key, []).extend(rows)
         self.facts[name] = measured.facts
         self.failures += measured.failures
         if measured.probe:

@@ -183,15 +183,33 @@ def config_endpoints(
 
 def stop(config: str, servers: tuple[layouts.Server, ...], raw: Path) -> None:
     """Keep each server's log, named by its configuration too (configurations reuse
-    container names), then remove it."""
+    container names), then remove it: removed even where its log cannot be kept (a full
+    disk under --out), since the next configuration may need its port."""
     for s in servers:
-        log = DOCKER.run("logs", s.name, timeout=60)
-        if log.returncode == 0:
-            (raw / f"{config}-{s.name}.log").write_text(log.stdout + log.stderr)
-        DOCKER.run("rm", "-f", s.name, timeout=120)
+        try:
+            log = DOCKER.run("logs", s.name, timeout=60)
+            if log.returncode == 0:
+                (raw / f"{config}-{s.name}.log").write_text(log.stdout + log.stderr)
+        finally:
+            remove(s.name)
 
 
 def remove_labelled(run_id: str) -> None:
     ids = DOCKER.run("ps", "-aq", "--filter", f"label={launch.BENCH_LABEL}={run_id}")
     for cid in ids.stdout.split():
-        DOCKER.run("rm", "-f", cid, timeout=120)
+        remove(cid)
+
+
+def remove(container: str, within_s: float = 60) -> None:
+    """Remove a container, asking again until it is gone: a run interrupted while
+    `docker run` starts it leaves the engine starting it, and `rm -f` of a container
+    still starting fails (an interrupted run left its first server running)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        DOCKER.run("rm", "-f", container, timeout=120)
+        if not DOCKER.run("inspect", "--format", "{{.Id}}", container).stdout.strip():
+            return
+        if time.monotonic() > deadline:
+            say(f"container {container} could not be removed: docker rm -f {container}")
+            return
+        time.sleep(1)

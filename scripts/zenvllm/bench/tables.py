@@ -5,12 +5,14 @@ planner against each peer and the other weights (bench/roofline.py writes the
 roofline's). A pooling model's: inputs/s per configuration and batch size, the detail
 with tokens/s and latency percentiles, the planner against stock and the peer, what
 ran and its vector against stock's. bench/check.py looks for their rows in table.md.
+A generating model's quality (bench/scored.py) stands beside its tokens/s.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from zenvllm.bench import scored
 from zenvllm.bench.catalogue import PLANNER, STOCK
 from zenvllm.bench.document import configs_from_dicts
 from zenvllm.bench.layouts import Configuration
@@ -33,12 +35,20 @@ def amd_table(summaries: list[Summary], model: str) -> str:
     )
 
 
-def detail_table(summaries: list[Summary], configs: list[Configuration]) -> str:
+def detail_table(
+    summaries: list[Summary],
+    configs: list[Configuration],
+    quality: list[dict[str, Any]] | None = None,
+) -> str:
+    """A row per configuration: tokens/s, latencies, memory, and (`quality`: its rows)
+    its perplexity gap to the float32 reference and greedy agreement beside them."""
     by_name = {c.name: c for c in configs}
+    judged = {r["config"]: r for r in quality or []}
     lines = [
         "| configuration | instances | output tok/s (median) | min-max | total tok/s "
-        "| TTFT ms | TPOT ms | memory MiB | vs stock |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| TTFT ms | TPOT ms | memory MiB | vs stock |"
+        + (" quality vs float32 |" if quality else ""),
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|" + ("---|" if quality else ""),
     ]
     for s in summaries:
         config = by_name[s.config]
@@ -47,7 +57,7 @@ def detail_table(summaries: list[Summary], configs: list[Configuration]) -> str:
         lines.append(
             f"| {name} | {s.shape} | {s.output_tok_s:g} | {s.output_min:g}-{s.output_max:g} "
             f"| {s.total_tok_s:g} | {s.ttft_ms:g} | {s.tpot_ms:g} | {s.memory_mib or 'n/a'} "
-            f"| {ratio} |"
+            f"| {ratio} |" + (f" {scored.cell(judged.get(s.config))} |" if quality else "")
         )
     return "\n".join(lines)
 
@@ -63,7 +73,7 @@ def generation_markdown(result: dict[str, Any]) -> str:
         "",
         amd_table(summaries, meta["model"]),
         "",
-        detail_table(summaries, configs),
+        detail_table(summaries, configs, result.get("quality")),
         "",
         f"Workload: random {w['input_len']} in / {w['output_len']} out tokens, "
         f"{w['num_prompts']} prompts at concurrency {w['concurrency']} per configuration "
@@ -78,6 +88,8 @@ def generation_markdown(result: dict[str, Any]) -> str:
         parts += ["", batch1_table(summaries, w)]
     if any("backend" in c for c in result["configurations"]):
         parts += ["", ran_table(result["configurations"])]
+    if result.get("quality"):
+        parts += ["", scored.table(result["quality"])]
     if result.get("peers"):
         parts += ["", peers_table(result["peers"])]
     if result.get("weights"):
@@ -134,6 +146,16 @@ def verdict_lines(v: dict[str, Any]) -> list[str]:
             f"Planner against the best that serves the same weights ({v['best_same_weights']}):"
             f" {v['planner_vs_best']}x (within {1 - v['near_best_ratio']:.0%}: "
             f"{'yes' if v['near_best'] else 'NO'})."
+        )
+    if v.get("beyond_bound"):
+        lines.append(
+            f"Beyond their format's quality bound, left out of the best: "
+            f"{', '.join(v['beyond_bound'])}"
+            + (
+                " (the planner's layout among them: it fails the check)."
+                if v["planner_within"] is False
+                else "."
+            )
         )
     percent = v.get("planner_batch1_percent")
     if percent is not None:

@@ -30,7 +30,13 @@ BOUNDS = {
     "w8a8": 0.05,
     "awq": 0.15,
     "gptq": 0.15,
+    "int4": 0.15,  # compressed-tensors W4A16: INT4 weights as AWQ's and GPTQ's
 }
+# How many greedy tokens a configuration makes after the fixed prompt, and how many of
+# the held-out ids that prompt is; at most how many ids a scored chunk holds.
+GREEDY_TOKENS = 32
+GREEDY_PROMPT = 32
+CHUNK = 256
 
 
 def perplexity(logprobs: Sequence[float]) -> float:
@@ -91,3 +97,45 @@ def greedy_agreement(tokens: Sequence[int], reference: Sequence[int]) -> float:
         raise ValueError("no reference tokens to agree with")
     same = sum(1 for a, b in zip(tokens, reference, strict=False) if a == b)
     return same / len(reference)
+
+
+def format_of(method: str | None, label: str, dtype: str) -> str:
+    """The format a configuration's quality is judged as: its quantization's where its
+    weights are quantized (`method`: config.json's quant_method, `label`: how
+    core/quantization.py words it), else the dtype it serves in."""
+    if method in ("awq", "gptq"):
+        return method
+    if method == "compressed-tensors":
+        return "w8a8" if "W8A8" in label else "int4" if "W4" in label else label
+    return method or dtype
+
+
+def chunks(segments: Sequence[Sequence[int]], max_model_len: int, cap: int) -> list[list[int]]:
+    """Held-out `segments` of token ids cut into chunks of at most CHUNK ids, each short
+    enough to be served with one token after it (max_model_len - 1), at most `cap` ids in
+    all; a chunk of one id scores nothing and is left out."""
+    size = min(CHUNK, max_model_len - 1)
+    if size < 2:
+        raise ValueError(f"a served length of {max_model_len} leaves no chunk to score")
+    out: list[list[int]] = []
+    left = cap
+    for ids in segments:
+        for at in range(0, len(ids), size):
+            piece = list(ids[at : at + min(size, left)])
+            if len(piece) > 1:
+                out.append(piece)
+                left -= len(piece)
+            if left < 2:
+                return out
+    return out
+
+
+def token_ids(tokens: Sequence[str]) -> list[int]:
+    """vLLM's tokens as ids ("token_id:123", its return_tokens_as_token_ids form)."""
+    out = []
+    for token in tokens:
+        head, sep, digits = token.partition(":")
+        if head != "token_id" or not sep or not digits.isdigit() or len(digits) > 12:
+            raise ValueError(f"{token[:40]!r} is not a token id (token_id:N)")
+        out.append(int(digits))
+    return out
