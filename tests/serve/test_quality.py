@@ -2,7 +2,8 @@
 served by the vllm-openai image in the dtype this CPU computes natively, scores its
 held-out text as its float32 reference did, within that dtype's bound (core/quality.py);
 and a copy whose one matrix a wrong kernel would double scores beyond it, so the check
-can fail.
+can fail. Served with the n-gram speculation a plan gives for `speculation: ngram`
+(core/speculation.py), it answers greedily token for token as without it, and drafts.
 
 The text is the maker's held-out token ids (heldout.json), scored by vLLM itself (the
 completions API, the prompt echoed with its logprobs: bench/quality.py).
@@ -11,9 +12,12 @@ completions API, the prompt echoed with its logprobs: bench/quality.py).
 from __future__ import annotations
 
 import array
+import contextlib
 import json
 import shutil
 import struct
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +26,7 @@ from support import cpu, engine
 from support.trained_model import ensure_trained_model
 
 from zenvllm.bench.quality import served_perplexity
-from zenvllm.core import quality
+from zenvllm.core import quality, speculation
 from zenvllm.runtime.health import healthy
 
 pytestmark = pytest.mark.serve
@@ -31,12 +35,11 @@ IMAGE = "vllm-openai"
 SABOTAGED = "model.layers.0.mlp.down_proj.weight"  # doubled, as a kernel summing twice
 
 
-def scored(tag: str, model: Path) -> float:
-    """Serve `model` (eager: its quality, not its compile, is judged) and score the
-    held-out chunks on it."""
+@contextlib.contextmanager
+def served(tag: str, model: Path, *extra: str) -> Iterator[str]:
+    """`model` served (eager: its answers, not its compile, are judged); its URL."""
     port = engine.free_port()
-    chunks = json.loads((model / "heldout.json").read_text())
-    with engine.serve(tag, model, port, "--enforce-eager", keep_compiled=False) as name:
+    with engine.serve(tag, model, port, "--enforce-eager", *extra, keep_compiled=False) as name:
         engine.wait_for(
             lambda: healthy(port) or "initialization failed" in engine.logs(name),
             420,
@@ -44,7 +47,35 @@ def scored(tag: str, model: Path) -> float:
             name,
         )
         assert healthy(port), engine.logs(name)[-3000:]
-        return served_perplexity(f"http://127.0.0.1:{port}", "/model", chunks)
+        yield f"http://127.0.0.1:{port}"
+
+
+def scored(url: str, model: Path) -> float:
+    """The held-out chunks' perplexity as the server at `url` scores them."""
+    return served_perplexity(url, "/model", json.loads((model / "heldout.json").read_text()))
+
+
+def greedy(url: str, model: Path) -> list[str]:
+    """48 greedy tokens after each of 4 prompts: 2 whose answer can copy from them (a
+    held-out chunk, then its first 32 ids again) and 2 whose answer cannot."""
+    chunks = json.loads((model / "heldout.json").read_text())
+    prompts = [c + c[:32] for c in chunks[:2]] + [c[:96] for c in chunks[2:4]]
+    texts = []
+    for ids in prompts:
+        body = {"model": "/model", "prompt": ids, "max_tokens": 48, "temperature": 0}
+        body["ignore_eos"] = True
+        asked = urllib.request.Request(
+            f"{url}/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(asked, timeout=120) as reply:
+            texts.append(json.loads(reply.read())["choices"][0]["text"])
+    return texts
+
+
+def metric(url: str, name: str) -> float:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=30) as reply:
+        lines = reply.read().decode().splitlines()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(name))
 
 
 def doubled(model: Path, tensor: str, where: Path) -> Path:
@@ -73,6 +104,14 @@ def trained(tmp_path_factory):
     return tag, ensure_trained_model()
 
 
+@pytest.fixture(scope="module")
+def plain(trained):
+    """The trained model served once, as the image serves it on this CPU: its URL."""
+    tag, model = trained
+    with served(tag, model) as url:
+        yield url
+
+
 def test_the_trained_model_is_far_from_random_on_text_it_never_saw(trained):
     _, model = trained
     record = json.loads((model / "trained.json").read_text())
@@ -82,15 +121,30 @@ def test_the_trained_model_is_far_from_random_on_text_it_never_saw(trained):
         assert ppl["trained"] * 10 <= ppl["untrained"], (name, ppl)
 
 
-def test_served_in_this_cpus_dtype_it_scores_as_its_float32_reference(trained, tmp_path):
+def test_served_in_this_cpus_dtype_it_scores_as_its_float32_reference(trained, plain, tmp_path):
     tag, model = trained
     reference = json.loads((model / "trained.json").read_text())["models"]["main"]
     fmt = cpu.serving_dtype()
-    served = quality.judge(fmt, scored(tag, model), reference["perplexity"]["heldout_float32"])
-    print(f"served in {fmt}: {served.said()}")
-    assert served.within, served.said()
+    judged = quality.judge(fmt, scored(plain, model), reference["perplexity"]["heldout_float32"])
+    print(f"served in {fmt}: {judged.said()}")
+    assert judged.within, judged.said()
     # The check can fail: the same model with one matrix doubled, served the same way.
     wrong = doubled(model, SABOTAGED, tmp_path / "sabotaged")
-    judged = quality.judge(fmt, scored(tag, wrong), served.reference)
-    print(f"{SABOTAGED} doubled: {judged.said()}")
-    assert not judged.within, judged.said()
+    with served(tag, wrong) as url:
+        sabotaged = quality.judge(fmt, scored(url, wrong), judged.reference)
+    print(f"{SABOTAGED} doubled: {sabotaged.said()}")
+    assert not sabotaged.within, sabotaged.said()
+
+
+def test_with_ngram_speculation_it_answers_as_without_and_drafts(trained, plain):
+    """The flag a plan gives for `speculation: ngram`; the drafts it accepted, counted by
+    vLLM, show that speculation ran (equal answers alone would hold without it)."""
+    tag, model = trained
+    args = speculation.decide("ngram", "generate", split=False).serve_args()
+    without = greedy(plain, model)
+    with served(tag, model, *args) as url:
+        spoken = greedy(url, model)
+        accepted = metric(url, "vllm:spec_decode_num_accepted_tokens_total")
+    print(f"n-gram speculation: {accepted:.0f} drafted tokens accepted over 4 answers")
+    assert spoken == without
+    assert accepted > 0

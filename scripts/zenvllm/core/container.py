@@ -16,7 +16,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-from zenvllm.core import compile_cache, group_guard
+from zenvllm.core import compile_cache, group_guard, speculation
 from zenvllm.core.errors import PlanError
 from zenvllm.core.request import Request
 from zenvllm.core.topology import format_cpu_list
@@ -227,8 +227,15 @@ def command_of(instance: Instance, request: Request, stage: list[str]) -> list[s
             else []
         ),
         *stage,
+        *speculation.decide(
+            request.speculation, instance.runner, split_copy(instance)
+        ).serve_args(),
         *request.serve_args,
     ]
+
+
+def split_copy(instance: Instance) -> bool:
+    return instance.tensor_parallel_size > 1 or instance.pipeline_parallel_size > 1
 
 
 def cache_dir_of(

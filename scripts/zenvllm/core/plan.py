@@ -43,7 +43,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from zenvllm.core import deployed, parallel, quantization
+from zenvllm.core import deployed, parallel, quantization, speculation
 from zenvllm.core.container import placement
 from zenvllm.core.cores import (
     Cores,
@@ -381,6 +381,8 @@ def plan_for(host: Host, model: Model, policy: Policy) -> Plan:
     else:
         instances, notes, warnings = place_replicas(host, model, policy, cores)
     notes.append(dtype_note(served.why, stored, model))
+    split = parts.tensor > 1 or parts.pipeline > 1
+    notes += [w for w in [speculation.decide(policy.speculation, model.runner, split).why] if w]
     notes += quantization.note(model.quantization, policy.target)
     last_warnings, last_notes = final_checks(host, model, policy, instances)
     warnings = [*([inactive] if inactive else []), *warnings, *last_warnings]

@@ -40,6 +40,7 @@ class Policy:
     os_reserve_fraction: float = 0.02
     shm_size_mib: int = 1024  # vLLM's message queues and OpenMP's registration files
     max_model_len: int | None = None  # None: the model's own
+    speculation: str = DEFAULT.speculation  # core/speculation.py decides from it
     max_num_seqs: int = 256  # vLLM's scheduler default
     # Cores
     max_cores_per_instance: int = 64
@@ -73,6 +74,7 @@ class Policy:
             kv_fraction=request.kv_fraction,
             kv_cache_gib=request.kv_cache_gib or None,
             max_model_len=request.max_model_len or None,
+            speculation=request.speculation,
         )
 
 

@@ -25,6 +25,8 @@ from zenvllm.core.arguments import NAME, is_ip
 from zenvllm.core.dtype import CHOICES as DTYPES
 from zenvllm.core.flavors import PRESETS
 from zenvllm.core.options import FIX, VALIDATORS, Spec, kind_of, option
+from zenvllm.core.speculation import CHOICES as SPECULATION
+from zenvllm.core.speculation import FLAG as SPECULATIVE_FLAG
 from zenvllm.core.targets import TARGETS
 
 LAYOUTS = ("contiguous", "interleaved")
@@ -87,6 +89,16 @@ class Request:
         MODEL,
         flag="--dtype",
         choices=DTYPES,
+    )
+    speculation: str = option(
+        "auto",
+        "Speculative decoding: ngram (prompt lookup, 4 tokens: twice as fast per token one "
+        "request at a time, slower for many at once unless answers quote their prompts) or "
+        "off; auto leaves it off, as measured for a server shared by many clients "
+        "(core/speculation.py).",
+        MODEL,
+        flag="--speculation",
+        choices=SPECULATION,
     )
     max_model_len: int = option(
         0,
@@ -388,6 +400,13 @@ def from_json(text: str, source: str = "--request") -> Request:
         raise gate.InputError(
             f"{source}: serve_args names --dtype, which the plan sets; give dtype instead "
             f"({', '.join(DTYPES)}; auto serves what the CPU computes natively)"
+        )
+    if request.speculation == "ngram" and any(
+        a == SPECULATIVE_FLAG or a.startswith(f"{SPECULATIVE_FLAG}=") for a in request.serve_args
+    ):
+        raise gate.InputError(
+            f"{source}: speculation ngram and serve_args' {SPECULATIVE_FLAG} both set it; "
+            "give one of them"
         )
     several_checked(request, source)
     if not is_ip(request.address):

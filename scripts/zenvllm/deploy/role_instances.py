@@ -92,6 +92,7 @@ VARIABLES = (
     asked("shares", inherit="zenvllm_model_shares"),
     asked("model_size_gib"),
     asked("dtype"),
+    asked("speculation"),
     asked("max_model_len"),
     # -- the deployment
     asked("deployment"),
