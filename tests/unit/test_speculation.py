@@ -65,7 +65,7 @@ def test_ngram_reaches_the_command_as_vllms_flag():
 def test_where_it_cannot_apply_it_is_refused_with_the_way_out():
     with pytest.raises(PlanError, match="'pooling', which generates none: give speculation"):
         speculation.decide("ngram", "pooling", split=False)
-    with pytest.raises(PlanError, match="whole copies only.*give speculation auto"):
+    with pytest.raises(PlanError, match=r"whole copies only.*give speculation auto"):
         speculation.decide("ngram", "generate", split=True)
     assert speculation.decide("auto", "pooling", split=True).why == ""  # nothing to say
     with pytest.raises(PlanError, match="'draft' is not one of auto, off, ngram"):
