@@ -25,6 +25,7 @@ from conftest import require
 from support import cpu, engine
 from support.trained_model import ensure_trained_model
 
+from zenvllm.bench import quality as bench_quality
 from zenvllm.bench.quality import served_perplexity
 from zenvllm.core import quality, speculation
 from zenvllm.runtime.health import healthy
@@ -55,21 +56,13 @@ def scored(url: str, model: Path) -> float:
     return served_perplexity(url, "/model", json.loads((model / "heldout.json").read_text()))
 
 
-def greedy(url: str, model: Path) -> list[str]:
-    """48 greedy tokens after each of 4 prompts: 2 whose answer can copy from them (a
-    held-out chunk, then its first 32 ids again) and 2 whose answer cannot."""
+def greedy(url: str, model: Path) -> list[list[int]]:
+    """The bench's greedy token ids (bench/quality.py) after each of 4 prompts: 2 whose
+    answer can copy from them (a held-out chunk, then its first 32 ids again) and 2
+    whose answer cannot."""
     chunks = json.loads((model / "heldout.json").read_text())
     prompts = [c + c[:32] for c in chunks[:2]] + [c[:96] for c in chunks[2:4]]
-    texts = []
-    for ids in prompts:
-        body = {"model": "/model", "prompt": ids, "max_tokens": 48, "temperature": 0}
-        body["ignore_eos"] = True
-        asked = urllib.request.Request(
-            f"{url}/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
-        )
-        with urllib.request.urlopen(asked, timeout=120) as reply:
-            texts.append(json.loads(reply.read())["choices"][0]["text"])
-    return texts
+    return [bench_quality.greedy(url, "/model", ids) for ids in prompts]
 
 
 def metric(url: str, name: str) -> float:
