@@ -77,6 +77,7 @@ SSH_ARGS = " ".join(nspawn.SSH_OPTIONS)
 OPERATORS_ROLES = ("zenvllm_host", "zenvllm_image", "zenvllm_instances", "zenvllm_gateway")
 OPERATORS_ROLES += ("zenvllm_verify",)
 SYSCTLS = {"net.core.somaxconn": 4096, "net.ipv4.tcp_max_syn_backlog": 2048}
+SYSCTL_FILE = "/etc/sysctl.d/60-zenvllm.conf"  # the host role's default
 
 
 def build_standin() -> None:
@@ -461,6 +462,26 @@ def test_host_settings_zenvllm_did_not_write_are_refused_untouched(hosts):
         host.run("rm -f /etc/sysctl.d/61-theirs.conf; sed -i '/^none \\/dev\\/shm /d' /etc/fstab")
 
 
+def test_a_removal_that_does_not_manage_the_host_settings_leaves_them(hosts):
+    """A deployment with zenvllm_host_manage_sysctls/_shm false shares the host's settings
+    with one that manages them (another configuration directory, still serving): its
+    removal leaves the other's sysctl file and fstab line. CI 70 caught the tutorial's
+    fstab line lost to the routed fleet's local host's removal, beside it."""
+    _, inventory, variables = hosts
+    host = infra(inventory, NAMES[0])
+    before = host.file("/etc/fstab").content_string, host.file(SYSCTL_FILE).content_string
+    assert "tmpfs /dev/shm tmpfs defaults,nosuid,nodev,size=256m 0 0" in before[0], before
+    unmanaged = {
+        **variables,
+        "zenvllm_state": "absent",
+        "zenvllm_host_manage_sysctls": False,
+        "zenvllm_host_manage_shm": False,
+    }
+    run = deploy(inventory, unmanaged, "--tags", "host", "--limit", NAMES[0])
+    assert run.rc == 0 and run.changed() == 0, changed_tasks(run.output)
+    assert (host.file("/etc/fstab").content_string, host.file(SYSCTL_FILE).content_string) == before
+
+
 def test_undeploy_removes_what_deploy_made_and_again_changes_nothing(hosts):
     _, inventory, variables = hosts
     absent = {**variables, "zenvllm_state": "absent"}
@@ -475,7 +496,7 @@ def test_undeploy_removes_what_deploy_made_and_again_changes_nothing(hosts):
         assert host.check_output("ls /etc/systemd/system | grep -c '^zenvllm' || true") == "0"
         for path in ("/etc/zenvllm", "/opt/zenvllm/lib", "/etc/nginx/conf.d/zenvllm.conf"):
             assert not host.file(path).exists, path
-        assert not host.file("/etc/sysctl.d/60-zenvllm.conf").exists
+        assert not host.file(SYSCTL_FILE).exists
         assert "/dev/shm" not in host.file("/etc/fstab").content_string
         # What it keeps: the model, the image, the engine and nginx (no longer serving it).
         assert host.file("/srv/models/tiny-llama/config.json").exists
