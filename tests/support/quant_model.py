@@ -1,7 +1,11 @@
-"""Quantized copies of tiny_model's random Llamas, in the on-disk formats vLLM reads on CPU.
+"""Quantized copies of bf16 Llamas, in the on-disk formats vLLM reads on CPU: of
+tiny_model's random ones (by shape), or of a one-file Llama directory such as
+trained_model's (its tokenizer files and every other *.json, heldout.json and
+trained.json among them, copied beside, so the bench scores the copy as the original).
 
-Each copy quantizes exactly the bf16 model of the same shape (same seed, same weights,
-same tokenizer files), so the two should generate similar text. Only the seven linear
+Each copy quantizes exactly its bf16 model, so the two should generate similar text; a
+directory's copy is remade when its source changes (the recorded size and sha256 of the
+first MiB of model.safetensors, and of config.json, differ). Only the seven linear
 layers of each block are quantized; the embedding, lm_head and the norms stay BF16, as
 in real checkpoints. vLLM (0.32) picks the method from config.json's
 `quantization_config` alone; no `--quantization` flag is needed.
@@ -23,20 +27,26 @@ in real checkpoints. vLLM (0.32) picks the method from config.json's
     weight_scale BF16 [out, 1]   per output channel; activations per token, dynamic
                                  and symmetric (no input_scale tensor)
 
-The INT4 group size is the largest of 128/64/32 dividing every input dimension; the CPU
-kernel also needs every input and output dimension to be a multiple of 32.
+The INT4 group size is the largest of 128/64/32 dividing every input dimension (from
+the shape, or the source's config.json); the CPU kernel also needs every input and
+output dimension to be a multiple of 32. Anything else is refused with a ValueError.
 
     ensure_quant_model(shape="tiny", fmt="awq") -> Path   $ZENVLLM_CACHE/models/tiny-llama-awq
+    ensure_quant_copy(source, fmt="w8a8") -> Path         beside it: <source>-w8a8
     python tests/support/quant_model.py [--shape tiny] [--format awq|gptq|w8a8] [DIR]
+    python tests/support/quant_model.py --from SOURCE [--format awq|gptq|w8a8] [DIR]
 
-The bf16 model of the shape is made (or reused) beside DIR, for its tokenizer files.
+The bf16 model of a shape is made (or reused) beside DIR, for its tokenizer files.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import sys
+from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -51,8 +61,10 @@ from support.tiny_model import (
     default_dir,
     ensure_tiny_model,
     float_weights,
+    made_here,
     make_atomically,
     read_config,
+    read_safetensors,
     to_bf16_bits,
     write_safetensors,
 )
@@ -75,6 +87,9 @@ GROUP_SIZES = (128, 64, 32)
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
 SEQUENTIAL = tuple(range(8))
 COPIED = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+# A source directory's tokenizer files that are not *.json (every *.json is copied).
+TOKENIZER_FILES = ("tokenizer.model", "vocab.txt", "merges.txt")
+HASHED = 1 << 20  # the bytes of a source's weights hashed to tell a changed source
 
 
 def quant_dir(shape: Shape, fmt: str) -> Path:
@@ -85,13 +100,31 @@ def is_quantized(name: str) -> bool:
     return name.removesuffix(".weight").endswith(LINEARS)
 
 
-def group_size(shape: Shape) -> int:
+def fitting_group_size(inputs: Iterable[int]) -> int:
     """The largest supported INT4 group dividing every linear layer's input size."""
-    inputs = {shape.hidden, shape.heads * shape.head_dim, shape.intermediate}
+    inputs = sorted(set(inputs))
     for size in GROUP_SIZES:
         if all(n % size == 0 for n in inputs):
             return size
-    raise ValueError(f"no group size of {GROUP_SIZES} divides {sorted(inputs)}")
+    raise ValueError(
+        f"no group size of {GROUP_SIZES} divides every linear layer's input size {inputs}"
+    )
+
+
+def group_size(shape: Shape) -> int:
+    return fitting_group_size({shape.hidden, shape.heads * shape.head_dim, shape.intermediate})
+
+
+def config_group_size(cfg: dict) -> int:
+    """The group size for a Llama config.json's linear layers: their inputs are the
+    hidden size, the attention heads' (o_proj) and the intermediate size (down_proj)."""
+    keys = ("hidden_size", "num_attention_heads", "intermediate_size")
+    hidden, heads, intermediate = dims = [cfg.get(key) for key in keys]
+    if all(isinstance(n, int) and n > 0 for n in dims):
+        head_dim = cfg.get("head_dim") or hidden // heads
+        if isinstance(head_dim, int) and head_dim > 0:
+            return fitting_group_size({hidden, heads * head_dim, intermediate})
+    raise ValueError(f"config.json's {keys} and head_dim are not positive integers")
 
 
 def from_bf16_bits(bits: np.ndarray) -> np.ndarray:
@@ -142,17 +175,22 @@ def quantize_w8a8(w: np.ndarray) -> dict[str, np.ndarray]:
     return {"weight": q, "weight_scale": scale_bits}
 
 
-def quantized_tensors(shape: Shape, vocab: int, fmt: str) -> dict[str, np.ndarray]:
-    g = group_size(shape)
+def quantize_tensors(
+    tensors: Iterable[tuple[str, np.ndarray]], fmt: str, g: int
+) -> dict[str, np.ndarray]:
+    """Each linear layer's weight quantized in `fmt` (INT4 in groups of `g` inputs), every
+    other tensor as given; tensors as write_safetensors takes them (BF16: uint16 bits)."""
     out: dict[str, np.ndarray] = {}
-    for name, values in float_weights(shape, vocab):
-        bits = to_bf16_bits(values)
+    for name, data in tensors:
         if not is_quantized(name):
-            out[name] = bits
+            out[name] = data
             continue
-        w = from_bf16_bits(bits)  # quantize exactly the bf16 model's weight
-        if any(n % 32 for n in w.shape):
+        # quantize exactly the bf16 model's weight
+        w = from_bf16_bits(data) if data.dtype == np.uint16 else data.astype(np.float32)
+        if w.ndim != 2 or any(n % 32 for n in w.shape):
             raise ValueError(f"{name} {w.shape}: vLLM's CPU kernels need multiples of 32")
+        if fmt != "w8a8" and w.shape[1] % g:
+            raise ValueError(f"{name} {w.shape}: its input size is not a multiple of group {g}")
         if fmt == "awq":
             parts = quantize_awq(w, g)
         elif fmt == "gptq":
@@ -160,8 +198,13 @@ def quantized_tensors(shape: Shape, vocab: int, fmt: str) -> dict[str, np.ndarra
         else:
             parts = quantize_w8a8(w)
         stem = name.removesuffix(".weight")
-        out.update({f"{stem}.{part}": data for part, data in parts.items()})
+        out.update({f"{stem}.{part}": values for part, values in parts.items()})
     return out
+
+
+def quantized_tensors(shape: Shape, vocab: int, fmt: str) -> dict[str, np.ndarray]:
+    bf16 = ((name, to_bf16_bits(values)) for name, values in float_weights(shape, vocab))
+    return quantize_tensors(bf16, fmt, group_size(shape))
 
 
 def quantization_config(fmt: str, g: int) -> dict:
@@ -205,24 +248,73 @@ def quantization_config(fmt: str, g: int) -> dict:
     }
 
 
+def write_config(directory: Path, cfg: dict, fmt: str, g: int, **marks) -> None:
+    """The bf16 model's config with the format's quantization_config and the markers."""
+    cfg = {**cfg, "quantization_config": quantization_config(fmt, g)}
+    cfg.update(zenvllm_quant_recipe=RECIPE, zenvllm_quant_format=fmt, **marks)
+    (directory / "config.json").write_text(json.dumps(cfg, indent=2))
+
+
 def write_quant_model(directory: Path, shape: Shape, fmt: str, base: Path) -> None:
     for name in (*COPIED, "generation_config.json"):
         shutil.copyfile(base / name, directory / name)
     cfg = json.loads((base / "config.json").read_text())
-    cfg["quantization_config"] = quantization_config(fmt, group_size(shape))
-    cfg["zenvllm_quant_recipe"] = RECIPE
-    cfg["zenvllm_quant_format"] = fmt
-    (directory / "config.json").write_text(json.dumps(cfg, indent=2))
+    write_config(directory, cfg, fmt, group_size(shape))
     tensors = quantized_tensors(shape, cfg["vocab_size"], fmt)
     write_safetensors(directory / "model.safetensors", tensors)
 
 
-def is_current(directory: Path, fmt: str) -> bool:
+def source_record(source: Path) -> dict:
+    """What tells a changed source: its weights' size and first MiB, and its config."""
+    weights = source / "model.safetensors"
+    with weights.open("rb") as f:
+        head = hashlib.sha256(f.read(HASHED)).hexdigest()
+    config = hashlib.sha256((source / "config.json").read_bytes()).hexdigest()
+    return {"size": weights.stat().st_size, "sha256_first_mib": head, "config_sha256": config}
+
+
+def write_quant_copy(directory: Path, source: Path, fmt: str, record: dict) -> None:
+    cfg = json.loads((source / "config.json").read_text())
+    if not isinstance(cfg, dict) or "quantization_config" in cfg:
+        raise ValueError(f"{source}/config.json is not a bf16 model's (already quantized?)")
+    try:
+        g = config_group_size(cfg)
+    except ValueError as e:
+        raise ValueError(f"{source}: {e}") from None
+    tensors = read_safetensors(source / "model.safetensors")
+    layers = cfg.get("num_hidden_layers")
+    if not (isinstance(layers, int) and layers > 0):
+        raise ValueError(f"{source}/config.json's num_hidden_layers is {layers!r}")
+    linears = [f"model.layers.{i}.{linear}.weight" for i in range(layers) for linear in LINEARS]
+    missing = [name for name in linears if name not in tensors]
+    if missing:
+        raise ValueError(f"{source}/model.safetensors has no {missing[0]}: not a Llama's")
+    for path in sorted(source.iterdir()):
+        extra = path.suffix == ".json" and path.name != "config.json"
+        if path.is_file() and (extra or path.name in TOKENIZER_FILES):
+            shutil.copyfile(path, directory / path.name)
+    write_config(directory, cfg, fmt, g, zenvllm_quant_source=record)
+    quantized = quantize_tensors(tensors.items(), fmt, g)
+    write_safetensors(directory / "model.safetensors", quantized)
+
+
+def made_quant(directory: Path) -> bool:
+    """A model directory these makers wrote: a shape's, or a quantized copy of a source."""
+    if made_here(directory):
+        return True
+    if directory.is_symlink() or not directory.is_dir():
+        return False
+    return "zenvllm_quant_format" in read_config(directory)
+
+
+def is_current(directory: Path, fmt: str, **marks) -> bool:
+    """Made by this recipe in `fmt`, with each of `marks` (by default: of a tiny shape)."""
+    marks = marks or {"zenvllm_tiny_recipe": TINY_RECIPE}
     cfg = read_config(directory)
     return (
         cfg.get("zenvllm_quant_recipe") == RECIPE
-        and cfg.get("zenvllm_tiny_recipe") == TINY_RECIPE
         and cfg.get("zenvllm_quant_format") == fmt
+        and all(cfg.get(key) == value for key, value in marks.items())
         and (directory / "model.safetensors").exists()
     )
 
@@ -241,12 +333,36 @@ def ensure_quant_model(
     return directory
 
 
+def ensure_quant_copy(source: Path, fmt: str, directory: Path | None = None) -> Path:
+    """A quantized copy of the bf16 Llama directory `source` (one model.safetensors),
+    by default beside it as <source>-<fmt>, made (atomically) only if missing or stale:
+    of another recipe or format, or of a source that changed since."""
+    if fmt not in FORMATS:
+        raise ValueError(f"format {fmt!r} is not one of {FORMATS}")
+    source = Path(source).absolute()
+    if not (source / "model.safetensors").is_file() or not (source / "config.json").is_file():
+        raise ValueError(f"{source} has no config.json and one model.safetensors to quantize")
+    directory = Path(directory) if directory else source.parent / f"{source.name}-{fmt}"
+    if directory.absolute() == source:
+        raise ValueError(f"{source} would be replaced by its own quantized copy")
+    record = source_record(source)
+    if not is_current(directory, fmt, zenvllm_quant_source=record):
+        write = partial(write_quant_copy, source=source, fmt=fmt, record=record)
+        make_atomically(directory, write, made_quant)
+    return directory
+
+
 def main(args: list[str]) -> None:
-    options = {"--shape": "tiny", "--format": "awq"}
+    options = {"--shape": None, "--format": "awq", "--from": None}
     while args[:1] and args[0] in options:
         options[args[0]], args = args[1], args[2:]
     directory = Path(args[0]) if args else None
-    print(ensure_quant_model(directory, options["--shape"], options["--format"]))
+    if options["--from"] and options["--shape"]:
+        raise SystemExit("--from SOURCE and --shape SHAPE: give one of them")
+    if options["--from"]:
+        print(ensure_quant_copy(Path(options["--from"]), options["--format"], directory))
+    else:
+        print(ensure_quant_model(directory, options["--shape"] or "tiny", options["--format"]))
 
 
 if __name__ == "__main__":

@@ -19,32 +19,21 @@ from pathlib import Path
 
 import numpy as np
 from support.embedding_model import ensure_embedding_model
-from support.tiny_model import make_atomically, read_config, write_safetensors
-
-from zenvllm.core.model import safetensors_header
+from support.tiny_model import (
+    make_atomically,
+    read_config,
+    read_safetensors,
+    write_safetensors,
+)
 
 RECIPE = 2
 SEED = 4321
 TOKENIZER = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
-DTYPES = {"F32": np.float32, "I64": np.int64}
 
 
 def default_dir() -> Path:
     cache = Path(os.environ.get("ZENVLLM_CACHE", "/var/cache/zenvllm"))
     return cache / "models" / "minilm-reranker"
-
-
-def read_safetensors(path: Path) -> dict[str, np.ndarray]:
-    """Every tensor of a safetensors file, its header read by the model reader's gate."""
-    _, start, header = safetensors_header(path)
-    raw = path.read_bytes()[start:]
-    tensors = {}
-    for name, info in header.items():
-        if name != "__metadata__":
-            first, end = info["data_offsets"]
-            data = np.frombuffer(raw[first:end], dtype=DTYPES[info["dtype"]])
-            tensors[name] = data.reshape(info["shape"])
-    return tensors
 
 
 def write_model(into: Path) -> None:

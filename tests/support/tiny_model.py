@@ -21,6 +21,7 @@ exactly that size on generated words, so every id the model can sample decodes).
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import shutil
@@ -231,6 +232,7 @@ SAFETENSORS_DTYPES = {
     np.dtype(np.float32): "F32",
     np.dtype(np.int32): "I32",
     np.dtype(np.int8): "I8",
+    np.dtype(np.int64): "I64",
 }
 
 
@@ -256,6 +258,34 @@ def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
         f.write(raw)
         for data in tensors.values():
             f.write(np.ascontiguousarray(data, dtype=data.dtype.newbyteorder("<")).tobytes())
+
+
+def read_safetensors(path: Path) -> dict[str, np.ndarray]:
+    """Every tensor of a safetensors file, in its header's order, as write_safetensors
+    takes them (BF16 as uint16 bit patterns). The header is read through the model
+    reader's gate (bounded and checked), each tensor by a read of its own span."""
+    from zenvllm.core.model import safetensors_header  # the package tiny_model needs only here
+
+    _, start, header = safetensors_header(path)
+    dtypes = {name: dtype for dtype, name in SAFETENSORS_DTYPES.items()}
+    tensors = {}
+    with path.open("rb") as f:
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            dtype = dtypes.get(info.get("dtype"))
+            if dtype is None:
+                raise ValueError(f"{path}: tensor {name} is {info.get('dtype')}, not {set(dtypes)}")
+            first, end = info["data_offsets"]
+            if end - first != math.prod(info["shape"]) * dtype.itemsize:
+                raise ValueError(f"{path}: tensor {name}'s span does not fit its shape and dtype")
+            f.seek(start + first)
+            raw = f.read(end - first)
+            if len(raw) != end - first:
+                raise ValueError(f"{path}: tensor {name} lies past the end: the file is truncated")
+            data = np.frombuffer(raw, dtype=dtype.newbyteorder("<")).astype(dtype)
+            tensors[name] = data.reshape(info["shape"])
+    return tensors
 
 
 def float_weights(shape: Shape, vocab: int, seed: int = SEED) -> Iterator[tuple[str, np.ndarray]]:
