@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from zenvllm.core import gate
 from zenvllm.core.arguments import NAME_RULE, is_ip
+from zenvllm.core.errors import UserError
 
 FIX = "see `zenvllm plan --help` or docs/reference/variables.md"
 
@@ -33,6 +35,8 @@ class Spec:
     path: bool = False  # an absolute path, or "" for none
     ip: bool = False  # an IP address, or "" for none
     auto: bool = False  # "auto" or a whole number of `low` or more
+    # A structured string's parser ("" is none): its UserError names the value and the fix.
+    parse: Callable[[str], Any] | None = None
 
 
 def option(default: Any, help: str, section: str, **spec: Any) -> Any:
@@ -111,6 +115,11 @@ def _str(spec: Spec, value: Any, where: str, fix: str) -> str:
             f"{where} is {gate.shown(text)}, not an IP address; give e.g. {spec.example}, or "
             f'"" for none; {FIX}'
         )
+    if spec.parse and text:
+        try:
+            spec.parse(text)
+        except UserError as err:
+            raise gate.InputError(f"{where}: {err}") from None
     return text
 
 

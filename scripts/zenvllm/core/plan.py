@@ -43,7 +43,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from zenvllm.core import deployed, parallel, quantization, speculation
+from zenvllm.core import deployed, parallel, performance, quantization, speculation
 from zenvllm.core.container import placement
 from zenvllm.core.cores import (
     Cores,
@@ -65,7 +65,8 @@ from zenvllm.core.errors import PlanError
 from zenvllm.core.host import GIB, MIB, Host
 from zenvllm.core.memory import fixed_cost, gib, kv_cache_per_node
 from zenvllm.core.model import GENERATE, Model
-from zenvllm.core.plan_notes import dtype_note, layout_notes, room_for
+from zenvllm.core.performance import Layout, Machine
+from zenvllm.core.plan_notes import dtype_note, layout_notes, prediction_note, room_for
 from zenvllm.core.policy import Policy, check_policy
 from zenvllm.core.request import LAYOUTS
 from zenvllm.core.targets import TARGETS
@@ -329,6 +330,23 @@ def place_replicas(
     return instances, [*notes, *kv_notes, *place_notes], [*warnings, *kv_warnings, *place_warnings]
 
 
+def machine_of(host: Host, model: Model, policy: Policy) -> Machine:
+    """What the performance model takes of the host: the policy's bandwidth (calibrated,
+    or the spec sheet's) and its cores' compute in the dtype served."""
+    compute = performance.compute_of(host.flags, host.generation, model.dtype)
+    return Machine(policy.core_bandwidth_gbs, compute, policy.bandwidth_source)
+
+
+def layout_of(instances: tuple[Instance, ...] | list[Instance]) -> Layout:
+    """The plan's instances as the performance model counts them: the smallest one's
+    OpenMP cores (on each host of a pipeline, its ranks there together), each stage in turn."""
+    return Layout(
+        cores=min(len(i.omp_cpus) for i in instances),
+        instances=len(instances),
+        stages=max(i.pipeline_parallel_size for i in instances),
+    )
+
+
 def make_plan(host: Host, model: Model, policy: Policy | None = None) -> Plan:
     """Count, size and place the instances; every step's reasons in warnings and notes.
     A refusal names every way out, bfloat16 among them where float32 was the planner's
@@ -384,6 +402,9 @@ def plan_for(host: Host, model: Model, policy: Policy) -> Plan:
     split = parts.tensor > 1 or parts.pipeline > 1
     notes += [w for w in [speculation.decide(policy.speculation, model.runner, split).why] if w]
     notes += quantization.note(model.quantization, policy.target)
+    if model.runner == GENERATE and model.weight_bytes > 0 and instances:
+        machine, shape = machine_of(host, model, policy), performance.shape_of(model)
+        notes.append(prediction_note(machine, shape, layout_of(instances), policy.load))
     last_warnings, last_notes = final_checks(host, model, policy, instances)
     warnings = [*([inactive] if inactive else []), *warnings, *last_warnings]
     notes += last_notes

@@ -1,14 +1,23 @@
 """What a plan says of itself: why its instances are counted as they are (and which
-nodes stay idle), what a KV cache holds, what the weights take in the dtype served. Pure."""
+nodes stay idle), what a KV cache holds, what the weights take in the dtype served, and
+what the layout is predicted to serve. Pure."""
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
+from zenvllm.core import performance
 from zenvllm.core.cores import Cores, cores_needed, cores_per_instance
 from zenvllm.core.host import GIB, Host
 from zenvllm.core.memory import gib
 from zenvllm.core.model import POOLING, Model
+from zenvllm.core.performance import Layout, Load, Machine, Shape
 from zenvllm.core.policy import Policy
 from zenvllm.core.topology import format_cpu_list
+
+# The bench's workload, each instance's share: what the note predicts without a --load.
+BENCH_LOAD = Load(prompt=128, output=128, concurrency=16)
 
 
 def layout_notes(
@@ -79,4 +88,31 @@ def dtype_note(why: str, stored: Model, served: Model) -> str:
     return (
         f"{why}; the weights take {served.weight_gib:.2f} GiB so "
         f"({stored.weight_gib:.2f} GiB stored as {stored.dtype})"
+    )
+
+
+def prediction_note(machine: Machine, shape: Shape, layout: Layout, load: Load | None) -> str:
+    """TPOT at batch 1 and the plan's output tok/s at the load (the bench's without one),
+    and where the figures come from."""
+    if load is None:
+        load = replace(BENCH_LOAD, concurrency=BENCH_LOAD.concurrency * layout.instances)
+        at = "16 requests per instance of 128 in / 128 out (the bench's workload; --load for yours)"
+    else:
+        at = f"--load {load.text}"
+    alone = performance.predict(shape, machine, layout, load, 1)
+    batch = performance.batch_of(shape, machine, layout, load)
+    if math.isinf(batch):
+        serves = f"at {at} more requests arrive than the plan serves at any batch"
+    else:
+        it = performance.predict(shape, machine, layout, load, batch)
+        serves = (
+            f"at {at} the plan makes {it.output_tok_s:,.0f} output tok/s, TPOT "
+            f"{it.tpot_ms:,.0f} ms, TTFT {it.ttft_ms:,.0f} ms"
+        )
+    return (
+        f"predicted by core/performance.py (fitted on the 2-core bench runs, within "
+        f"{performance.ERROR_BOUND:.0%} of each): one request alone gets a token every "
+        f"{alone.tpot_ms:,.0f} ms on an instance of {layout.cores} core(s); {serves}; from "
+        f"{machine.core_gbs:g} GB/s per core ({machine.bandwidth_source}) and "
+        f"{machine.compute.gflops:g} GFLOP/s per core of prefill ({machine.compute.source})"
     )

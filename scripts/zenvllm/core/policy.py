@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from zenvllm.core.dtype import CHOICES as DTYPES
 from zenvllm.core.errors import PlanError
 from zenvllm.core.host import Host
+from zenvllm.core.performance import Load, Slo, parse_load, parse_slo
 from zenvllm.core.request import DEFAULT, LAYOUTS, Request
 from zenvllm.core.targets import TARGETS, missing_isa
 
@@ -42,6 +43,9 @@ class Policy:
     max_model_len: int | None = None  # None: the model's own
     speculation: str = DEFAULT.speculation  # core/speculation.py decides from it
     max_num_seqs: int = 256  # vLLM's scheduler default
+    # What to size for (core/capacity.py); None: the bench's workload, for the notes only.
+    load: Load | None = None
+    slo: Slo | None = None
     # Cores
     max_cores_per_instance: int = 64
     tpot_target_ms: float = 50.0
@@ -75,6 +79,8 @@ class Policy:
             kv_cache_gib=request.kv_cache_gib or None,
             max_model_len=request.max_model_len or None,
             speculation=request.speculation,
+            load=parse_load(request.load) if request.load else None,
+            slo=parse_slo(request.slo) if request.slo else None,
         )
 
 

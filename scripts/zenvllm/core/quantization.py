@@ -38,6 +38,13 @@ class Quantization:
     needs_flags: tuple[str, ...] = ()  # /proc/cpuinfo flags its CPU kernel needs
     why: str = ""  # why it needs them
     zentorch: bool = False  # whether the zen target's zentorch runs its linears
+    bits: int = 0  # bits per packed weight (0: not said), for the FLOPs a step computes
+
+
+def bits_of(value: Any) -> int:
+    """Bits per weight as the config says them; 0 for anything but 1 to 16."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 16
+    return value if ok else 0
 
 
 def compressed_tensors(config: dict[str, Any], where: str) -> Quantization:
@@ -52,7 +59,12 @@ def compressed_tensors(config: dict[str, Any], where: str) -> Quantization:
     kind = str(weights.get("type", "int")).upper()
     label = f"compressed-tensors W{w_bits}A{a_bits} {kind}{w_bits}"
     int8 = (w_bits, a_bits, kind) == (8, 8, "INT")
-    return Quantization("compressed-tensors", label, zentorch=int8 and bool(acts.get("dynamic")))
+    return Quantization(
+        "compressed-tensors",
+        label,
+        zentorch=int8 and bool(acts.get("dynamic")),
+        bits=bits_of(w_bits),
+    )
 
 
 def read(config: dict[str, Any], where: str) -> Quantization | None:
@@ -68,7 +80,7 @@ def read(config: dict[str, Any], where: str) -> Quantization | None:
     method = q["quant_method"].lower()
     if method in ("awq", "gptq"):
         label = f"{method.upper()} INT{q.get('bits', '?')} (group {q.get('group_size', '?')})"
-        return Quantization(method, label, ("avx512f",), INT4_KERNEL)
+        return Quantization(method, label, ("avx512f",), INT4_KERNEL, bits=bits_of(q.get("bits")))
     if method == "compressed-tensors":
         return compressed_tensors(q, where)
     return Quantization(method, f"{method} (not tested by zenvllm: vLLM decides at start-up)")

@@ -25,6 +25,7 @@ from zenvllm.core.arguments import NAME, is_ip
 from zenvllm.core.dtype import CHOICES as DTYPES
 from zenvllm.core.flavors import PRESETS
 from zenvllm.core.options import FIX, VALIDATORS, Spec, kind_of, option
+from zenvllm.core.performance import LOAD_EXAMPLE, SLO_EXAMPLE, parse_load, parse_slo
 from zenvllm.core.speculation import CHOICES as SPECULATION
 from zenvllm.core.speculation import FLAG as SPECULATIVE_FLAG
 from zenvllm.core.targets import TARGETS
@@ -235,6 +236,26 @@ class Request:
         above=True,
         example="0.9",
     )
+    load: str = option(
+        "",
+        "The load to size for: concurrency=N clients (or rate=R requests/s), in=P and out=O "
+        "tokens each; the plan says what it serves of it and how many hosts of this kind it "
+        'needs (core/performance.py predicts; "" = none).',
+        DEPLOY,
+        flag="--load",
+        example=LOAD_EXAMPLE,
+        parse=parse_load,
+    )
+    slo: str = option(
+        "",
+        "The target at that load: tpot_ms=X (time per output token), ttft_ms=Y (time to "
+        "the first), user_tok_s=Z (tokens per second each user reads), any of them; a "
+        'target no number of such hosts meets is refused ("" = none).',
+        DEPLOY,
+        flag="--slo",
+        example=SLO_EXAMPLE,
+        parse=parse_slo,
+    )
     # -- the host the plan is for
     sysfs_root: str = option(
         "/",
@@ -370,13 +391,24 @@ def check(name: str, value: Any, where: str) -> Any:
 
 
 def several_checked(asked: Request, where: str) -> Request:
-    """Several models: good entries and shares, and nothing of the one-model options."""
+    """Several models: good entries and shares, and nothing of the one-model options (a
+    load and an SLO among them); an SLO only with a load."""
     model_list.checked(asked.models, asked.shares, where)
     one = [n for n in ("model_dir", "served_model_name", "model_size_gib") if getattr(asked, n)]
     if asked.models and one:
         raise gate.InputError(
             f"{where}: models names each model as NAME=DIR, and {one[0]} is given too; give "
             f"one model with {one[0]}, or several with models alone"
+        )
+    if asked.models and (asked.load or asked.slo):
+        raise gate.InputError(
+            f"{where}: load and slo size one model's hosts, and several models are given; "
+            "size each model alone (one model, with load and slo)"
+        )
+    if asked.slo and not asked.load:
+        raise gate.InputError(
+            f"{where}: slo {asked.slo} is met or missed at a load, and no load is given; "
+            f"give load (--load) too, e.g. {LOAD_EXAMPLE}"
         )
     if asked.models and asked.hosts > 1:
         raise gate.InputError(

@@ -169,6 +169,8 @@ VARIABLES = (
     ),
     asked("kv_cache_gib"),
     asked("kv_fraction"),
+    asked("load"),
+    asked("slo"),
     # -- the host the plan is for
     asked("sysfs_root"),
     asked("flavor"),

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from zenvllm.core import arguments, calibration, gate, model_list, plan_doc, request
+from zenvllm.core import arguments, calibration, capacity, gate, model_list, plan_doc, request
 from zenvllm.core.arguments import NAME, real, whole
 from zenvllm.core.calibration import DEFAULT_PATH
 from zenvllm.core.container import secrets_digest
@@ -47,7 +47,23 @@ def flag_type(name: str) -> Callable[[str], object]:
         return arguments.name
     if spec.ip:
         return arguments.ip_address
+    if spec.parse:
+        return parsed(spec.parse)
     return str
+
+
+def parsed(parse: Callable[[str], object]) -> Callable[[str], str]:
+    """A structured string (--load, --slo) refused by argparse as its parser says; the
+    request keeps the text."""
+
+    def check(text: str) -> str:
+        try:
+            parse(text)
+        except UserError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+        return text
+
+    return check
 
 
 def add_plan_options(parser: argparse.ArgumentParser) -> None:
@@ -241,6 +257,12 @@ def plan_from(asked: Request, reading: Reading) -> Plan:
     return warned(make_plan(host, model, policy), ignored)
 
 
+def render_capacity(sized: capacity.Capacity) -> str:
+    """The load's hosts and why, after the plan's table (each host is laid out as it)."""
+    lines = [f"capacity: {sized.hosts} host(s) of this kind", *(f"  - {x}" for x in sized.lines)]
+    return "\n\n" + "\n".join(lines)
+
+
 def render_table(plan: Plan) -> str:
     host = plan.host
     lines = [
@@ -319,10 +341,12 @@ def run(args: argparse.Namespace) -> int:
             print("\n\n".join(f"# {a.served_name}\n{render_table(p)}" for a, p in planned))
         return 0
     plan = plan_from(asked, reading)
+    sized = capacity.size(plan)  # with --load: what it serves of it, and the hosts it needs
     if args.json:
-        print(json.dumps(plan_doc.one(plan, asked, secrets_from_env()), indent=2))
+        doc = plan_doc.one(plan, asked, secrets_from_env())
+        print(json.dumps({**doc, **({"capacity": sized.to_dict()} if sized else {})}, indent=2))
     else:
-        print(render_table(plan))
+        print(render_table(plan) + (render_capacity(sized) if sized else ""))
     return 0
 
 
