@@ -29,6 +29,7 @@ from zenvllm.bench import (
     tables,
     workloads,
 )
+from zenvllm.core import speculation
 from zenvllm.core.container import container_of
 from zenvllm.core.errors import UserError
 from zenvllm.core.host import MIB
@@ -152,6 +153,7 @@ def test_two_core_machine_folds_identical_layouts():
         "stock",
         "auto",
         "auto-stock-bind",  # auto's containers, vLLM's default binding in them
+        "auto-ngram",  # auto's cores, n-gram speculation
         "two-per-node",
         "zen-auto",
         "pace-auto",  # another image: never folded into auto
@@ -262,6 +264,24 @@ def test_the_plan_in_stocks_dtype_stands_apart_where_the_cpu_emulates_bf16():
     assert {s.instance.dtype for s in in_bf16.servers} == {"bfloat16"}
     argv = launch.server_launch(in_bf16.servers[0], bench_settings(), "r1").argv
     assert "--dtype=bfloat16" in " ".join(argv)
+
+
+def test_the_plan_with_ngram_speculation_stands_apart_and_runs_its_flag():
+    """auto-ngram is the planner's layout with `speculation: ngram`: the same cores, so
+    only the speculation keeps it from folding into auto; its containers serve the flag
+    core/speculation.py gives a plan, auto's do not, and a --weights copy is not
+    measured with it."""
+    on = host("test-machine-zen4-2cpu")
+    copy = layouts.Weights("w8a8", "/srv/w8a8", TINY)
+    configs, _ = layouts.resolve(["auto", "auto-ngram"], on, TINY, 8401, 512, copies=(copy,))
+    assert [c.name for c in configs] == ["auto", "auto-ngram", "auto-w8a8"]
+    auto, ngram = configs[0], configs[1]
+    assert [s.cpus for s in ngram.servers] == [s.cpus for s in auto.servers]
+    flag = speculation.decide("ngram", "generate", split=False).serve_args()
+    assert flag and flag[0].startswith("--speculative-config=")
+    for config, served in ((auto, False), (ngram, True)):
+        argv = launch.server_launch(config.servers[0], bench_settings(), "r1").argv
+        assert (flag[0] in argv) is served, argv
 
 
 def test_planned_servers_run_the_deployments_container():

@@ -53,6 +53,7 @@ class Spec:
     gguf: str = ""  # llamacpp: the GGUF type its weights are converted to
     env: tuple[tuple[str, str], ...] = ()  # plan: over each instance's planned env
     dtype: str = ""  # plan: the dtype asked of the planner; "": the one it chooses
+    speculation: str = ""  # plan: the speculation asked of the planner; "": its default
 
 
 CATALOGUE = (
@@ -84,6 +85,14 @@ CATALOGUE = (
         "plan",
         f"planner's auto layout served in {STOCK_DTYPE}, as stock is, whatever this CPU computes",
         dtype=STOCK_DTYPE,
+    ),
+    # The plan with n-gram speculation (core/speculation.py), which the planner leaves
+    # off by default: what it gains or costs on this workload, and that it answers alike.
+    Spec(
+        "auto-ngram",
+        "plan",
+        "planner's auto layout with n-gram speculation (4 tokens from prompt lookup)",
+        speculation="ngram",
     ),
     Spec("zen-auto", "plan", "zen image, the planner's auto layout", target="zen"),
     Spec("zen-single", "plan", "zen image, one instance on all cores", target="zen", instances=1),

@@ -7,7 +7,7 @@ layout runs its instance's container from `core.container`, as a deployment does
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from zenvllm.bench import backend
@@ -116,6 +116,8 @@ def server_launch(server: Server, settings: Request, run_id: str) -> Launch:
                 argv, settings.compile_cache_dir, server.name.rsplit("-", 1)[0]
             )
         return Launch([argv[0], *label, *argv[1:]], {}, (cache,) if cache else ())
+    if server.speculation:
+        settings = replace(settings, speculation=server.speculation)
     container: Container = container_of(server.instance, settings)
     argv = container.run_args
     dirs = (container.cache_dir,) if container.cache_dir else ()

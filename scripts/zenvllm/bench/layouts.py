@@ -57,6 +57,7 @@ class Server:
     # The bytes a decode step reads where they are not --model's as stored (another copy
     # of the weights, or another dtype: float32 doubles bf16's); 0: --model's.
     weight_bytes: int = 0
+    speculation: str = ""  # a planner layout's, over the run's settings ("": the plan's)
     # A planner layout's instance, whose container (core.container) the bench runs.
     instance: Instance | None = field(default=None, compare=False, repr=False)
 
@@ -111,6 +112,7 @@ class Configuration:
                         s.kv_cache_gib,
                         s.gguf,
                         s.model_dir,
+                        s.speculation,
                         tuple(sorted(s.env.items())),
                     )
                     for s in self.servers
@@ -295,6 +297,7 @@ def policy_of(spec: Spec, host: Host, base_port: int, max_model_len: int, base: 
         target=spec.target,
         layout=spec.layout,
         dtype=spec.dtype or base.dtype,
+        speculation=spec.speculation or base.speculation,
         base_port=base_port,
         max_model_len=max_model_len,
         name_prefix=f"zenvllm-bench-{base_port}",  # the port keeps concurrent runs apart
@@ -351,7 +354,10 @@ def planned_config(spec: Spec, plan: Plan, model: Model, base_port: int) -> Conf
     servers = (
         (ranks_server(plan, base_port, spec.kind),)
         if spec.kind in RANK_FLAGS
-        else tuple(with_env(s, dict(spec.env)) for s in servers_of(plan))
+        else tuple(
+            replace(with_env(s, dict(spec.env)), speculation=spec.speculation)
+            for s in servers_of(plan)
+        )
     )
     return Configuration(
         spec.name,
@@ -434,6 +440,7 @@ def resolve(
             continue
         configs.append(config)
     planned = [n for n in SPECS if n in names and SPECS[n].kind == "plan"]
-    planned = [n for n in planned if SPECS[n].target == "vllm-openai"]  # the auto one's image
+    # The auto one's image, as deployed (speculation is measured on --model's weights).
+    planned = [n for n in planned if SPECS[n].target == "vllm-openai" and not SPECS[n].speculation]
     more, more_notes = weights_configs(copies, planned, host, base_port, max_model_len, policy)
     return [*configs, *more], [*notes, *more_notes]
