@@ -33,6 +33,7 @@ def bench(tmp_path: Path, names: list[str], out: str = "out") -> tuple[dict, Pat
     configs, _ = layouts.resolve(names, HOST, TINY, 8401, 512)
     configs, notes = generation.with_reference(configs, 8401, TINY)
     assert notes == [] and configs[0].name == "reference-f32"
+    assert configs[0].shape == "1 x all CPUs"  # vLLM's own command, as stock's
     settings = Settings(
         model_dir=tmp_path, model_name="tiny", images={"vllm-openai": "v"},
         workload=workloads.QUICK, max_model_len=512, out_dir=tmp_path / out, plots=True,

@@ -17,6 +17,7 @@ from typing import Any
 from zenvllm.bench.catalogue import (
     QUICK_CONFIGS,
     RANK_FLAGS,
+    REFERENCE_KIND,
     SPECS,
     STOCK,
     STOCK_DTYPE,
@@ -85,7 +86,7 @@ class Configuration:
         """'2 x 1 core' style description of the instances."""
         if self.kind == "gateway":
             return "gateway"
-        if self.kind == "stock":
+        if self.kind in ("stock", REFERENCE_KIND):  # vLLM's own command on every CPU
             return "1 x all CPUs"
         if self.kind in RANK_FLAGS:
             ranks = self.servers[0].omp_bind.split("|")
