@@ -5,122 +5,47 @@ output tokens/s within the model's bound; a model with the bandwidth doubled is 
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
-from support.tiny_model import SHAPES
+from support.recorded_runs import RUNS, recorded
 
-from zenvllm.bench.layouts import cpu_ids
+from zenvllm.bench import document, predicted
 from zenvllm.core import performance
 from zenvllm.core.errors import UserError
 from zenvllm.core.performance import Layout, Load, Machine, Shape
 
-BENCH = Path(__file__).resolve().parents[2] / "docs" / "bench"
-# Each run's machine as docs/benchmarks.md's table names it: its CPU flags and generation.
-XEON_AMX = (frozenset({"avx512_bf16", "amx_bf16"}), "Sapphire Rapids")
-ZEN5 = (frozenset({"avx512_bf16"}), "Zen 5")
-ZEN4 = (frozenset({"avx512_bf16"}), "Zen 4")
-AVX2_VIEW = (frozenset({"avx2"}), "Zen 3")  # a Xeon's cores held to AVX2 kernels
-RUNS = {
-    "qwen0.5b": XEON_AMX,
-    "qwen1.5b": XEON_AMX,
-    "qwen0.5b-quant": XEON_AMX,
-    "qwen0.5b-quant-layouts": XEON_AMX,
-    "qwen0.5b-zen": ZEN5,
-    "qwen0.5b-zen-algo2": ZEN5,
-    "qwen0.5b-split": ZEN4,
-    "qwen0.5b-avx2-view": AVX2_VIEW,
-    "qwen0.5b-avx2-view-2": AVX2_VIEW,
-}
-# What the model does not describe, and why (the report names each).
-LLAMACPP = "llama.cpp's own engine and scheduler, not vLLM's"
-AVX2_STOCK = (
-    "stock under the AVX2 view made the 2-core plan's tokens/s (30.9 against 31.1); the "
-    "model counts the one core vLLM's binding gives OpenMP, and why both cores count on "
-    "that path is not established"
-)
 
-
-def not_described(run: str, name: str) -> str:
-    if name.startswith("llamacpp"):
-        return LLAMACPP
-    if run.startswith("qwen0.5b-avx2-view") and name == "stock":
-        return AVX2_STOCK
-    return ""
-
-
-def shape_of(meta: dict, server: dict, dtype: str) -> Shape:
-    """The run's model as served: its parameters (bf16 as stored) and KV from the bench
-    shape, the copy's own bytes (a quantized copy's), doubled in float32."""
-    tiny = next(s for s in SHAPES.values() if s.name == meta["model"])
-    scale = 2 if dtype == "float32" else 1
-    weights = (server.get("weight_bytes") or meta["weight_bytes"]) * scale
-    kv = tiny.layers * tiny.kv_dim * 2 * 2 * scale
-    int4 = performance.INT4_COST if "awq" in server.get("model_dir", "") else 1
-    return Shape(weights, meta["weight_bytes"] * int4, kv)  # 2 FLOPs per 2-byte weight
-
-
-def layout_of(config: dict, host_cores: int) -> Layout:
-    """Instances and OpenMP cores, as the bench started them: stock's auto binding keeps
-    one core of each rank for vLLM's API server; tensor ranks are one instance over all
-    their cores; pipeline stages take turns."""
-    ranks = [r for s in config["servers"] for r in s["omp_bind"].split("|")]
-    if ranks == ["auto"]:
-        return Layout(host_cores - 1, streaming=host_cores - 1)
-    cores = [len(cpu_ids(r)) for r in ranks]
-    if config["kind"] == "tp":
-        return Layout(sum(cores), streaming=sum(cores))
-    if config["kind"] == "pp":
-        return Layout(cores[0], stages=len(cores), streaming=cores[0])
-    return Layout(cores[0], len(cores), streaming=sum(cores))
-
-
-def machine_of(meta: dict, flags: frozenset[str], generation: str, dtype: str) -> Machine:
-    return Machine(
-        meta["core_bandwidth_gbs"],
-        performance.compute_of(flags, generation, dtype),
-        meta.get("bandwidth_source") or "",
-        meta.get("core_alone_gbs") or 0.0,
-        meta.get("node_cores") or meta["host_cores"],
-    )
-
-
-def recorded(gbs_scale: float = 1.0) -> list[dict]:
-    """Every configuration of the recorded runs: predicted and measured, or why not."""
+def recorded_rows(gbs_scale: float = 1.0) -> list[dict]:
+    """Every configuration of the recorded runs: predicted and measured, or why not
+    (the bench's own reading of a run, bench/predicted.py)."""
     rows = []
-    for run, (flags, generation) in RUNS.items():
-        doc = json.loads((BENCH / run / "results.json").read_text())
-        meta, work = doc["meta"], doc["meta"]["workload"]
-        meta = {**meta, "core_bandwidth_gbs": meta["core_bandwidth_gbs"] * gbs_scale}
+    for run in RUNS:
+        doc = recorded(run)
+        meta = doc["meta"]
+        meta["core_bandwidth_gbs"] *= gbs_scale
         meta["core_alone_gbs"] = (meta.get("core_alone_gbs") or 0.0) * gbs_scale
-        load = Load(work["input_len"], work["output_len"], concurrency=work["concurrency"])
-        configs = {c["name"]: c for c in doc["configurations"]}
+        configs = {c.name: c for c in document.configs_from_dicts(doc["configurations"])}
         for s in doc["summary"]:
             config = configs[s["config"]]
             row = {"run": run, "config": s["config"], "measured": s["output_tok_s"]}
-            why = not_described(run, s["config"])
+            why = predicted.why_not(config, meta)
             if why:
                 rows.append({**row, "why": why})
                 continue
-            stock = config["kind"] == "stock"
-            dtype = meta.get("stock_dtype" if stock else "plan_dtype") or "bfloat16"
-            shape = shape_of(meta, config["servers"][0], dtype)
-            machine = machine_of(meta, flags, generation, dtype)
-            layout = layout_of(config, meta["host_cores"])
+            i = predicted.inputs_of(config, meta)
             at = performance.predict(
-                shape, machine, layout, load, load.concurrency / layout.instances
+                i.shape, i.machine, i.layout, i.load, i.load.concurrency / i.layout.instances
             )
-            alone = replace(layout, streaming=layout.cores)
-            one = performance.predict(shape, machine, alone, load, 1)
+            alone = replace(i.layout, streaming=i.layout.cores)
+            one = performance.predict(i.shape, i.machine, alone, i.load, 1)
             rows.append(
                 {
                     **row,
                     "predicted": at.output_tok_s,
                     "error": at.output_tok_s / s["output_tok_s"] - 1,
                     "step_ms": (at.step_ms, s["tpot_ms"]),
-                    "wave_ttft_ms": (at.ttft_ms, s["ttft_ms"]),
+                    "wave_ttft_ms": (predicted.bench_figures(i)[2], s["ttft_ms"]),
                     "batch1_tpot_ms": (one.tpot_ms, s.get("batch1_tpot_ms")),
                     "batch1_ttft_ms": (one.ttft_ms, s.get("batch1_ttft_ms")),
                 }
@@ -160,7 +85,7 @@ def table(rows: list[dict]) -> str:
 
 
 def test_every_recorded_configuration_is_predicted_within_the_bound():
-    rows = recorded()
+    rows = recorded_rows()
     print(table(rows))  # pytest -s shows it
     described = [r for r in rows if "why" not in r]
     assert len(described) == 31
@@ -173,7 +98,7 @@ def test_every_recorded_configuration_is_predicted_within_the_bound():
 
 
 def test_a_model_with_the_bandwidth_doubled_fails_the_check():
-    rows = recorded(gbs_scale=2.0)
+    rows = recorded_rows(gbs_scale=2.0)
     missed = check(rows)
     assert len(missed) > len([r for r in rows if "why" not in r]) / 2, "\n".join(missed)
 

@@ -65,7 +65,6 @@ def run(args: argparse.Namespace) -> int:
         return print_plan(configs, images, workload, notes)
     for note in notes:
         say(f"note: {note}")
-    stock_dtype, plan_dtype = ready.dtypes
     settings = Settings(
         model_dir=model_dir,
         model_name=model.name,
@@ -90,9 +89,10 @@ def run(args: argparse.Namespace) -> int:
         serve_env=dict(request.serve_env),
         restart=request.restart,
         quality=request.quality,
-        stock_dtype=stock_dtype,
-        plan_dtype=plan_dtype,
+        stock_dtype=ready.dtypes[0],
+        plan_dtype=ready.dtypes[1],
         formats=ready.formats,
+        performance=ready.performance,
     )
     return measure_and_report(kind, configs, settings, request.out, request.metrics_file)
 

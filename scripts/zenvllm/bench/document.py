@@ -4,7 +4,8 @@ model's throughput repeats and batch 1's, a pooling model's repeats at each batc
 and everything derived from them, which the bench writes (bench/report.py) and
 bench/check.py derives again to compare. A generating model's: summary rows, the
 verdict, the planner against each peer and the other weights, the roofline, the quality
-rows (bench/scored.py: a configuration beyond its format's bound is never the best). A pooling
+rows (bench/scored.py: a configuration beyond its format's bound is never the best), the
+performance model's predictions beside the measured figures (bench/predicted.py). A pooling
 model's: summary rows per batch size, the planner's quotients, the best per batch size.
 """
 
@@ -14,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from zenvllm.bench import roofline, scored
+from zenvllm.bench import predicted, roofline, scored
 from zenvllm.bench.catalogue import (
     ACCEPTANCE_RATIO,
     INFINITY,
@@ -81,7 +82,8 @@ def derived(
 ) -> dict[str, Any]:
     """Everything the document derives from its raw runs: summary rows, the verdict (the
     planner's batch-1 share too; none beyond its quality bound the best), the peers,
-    other weights, the roofline and the quality rows."""
+    other weights, the roofline, the quality rows and the performance model's predictions
+    beside the measured figures (bench/predicted.py)."""
     summaries = summarize(runs, configs, batch1)
     rows = roofline.roofline(summaries, configs, meta)
     judged = scored.judged_rows(list(quality_runs))
@@ -100,6 +102,7 @@ def derived(
         "weights": weight_ratios(summaries, configs),
         "roofline": rows,
         "quality": judged,
+        "predictions": predicted.predictions(summaries, configs, meta),
     }
 
 

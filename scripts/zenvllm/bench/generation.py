@@ -7,7 +7,8 @@ roofline's bandwidth measured). Its measurement of one configuration, servers re
 a warm-up, the repeats and batch 1 with vLLM's own `vllm bench serve`, its quality
 through its first server (bench/quality.py; the float32 reference's only, first), then
 what ran, read back from the first server (bench/backend.py). Its meta: the dtypes, the
---serve-env, the roofline's figures. bench/kinds.py puts it beside its figures.
+--serve-env, the roofline's figures, the performance model's inputs. bench/kinds.py puts
+it beside its figures.
 """
 
 from __future__ import annotations
@@ -20,7 +21,17 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from zenvllm.bench import backend, bandwidth, catalogue, clients, flags, layouts, quality, results
+from zenvllm.bench import (
+    backend,
+    bandwidth,
+    catalogue,
+    clients,
+    flags,
+    layouts,
+    predicted,
+    quality,
+    results,
+)
 from zenvllm.bench.catalogue import REFERENCE, REFERENCE_KIND, STOCK
 from zenvllm.bench.layouts import Configuration
 from zenvllm.bench.measuring import Measured, Prepared, Settings, Stage
@@ -143,6 +154,7 @@ def prepare(request: flags.BenchRequest, model_dir: Path, model: Model) -> Prepa
         measured,
         dtypes=(stock_dtype, plan_dtype),
         formats=formats(configs, model, copies),
+        performance=predicted.meta_of(host, model, [(c.path, c.model) for c in copies]),
     )
 
 
@@ -305,7 +317,8 @@ def batch1(config: Configuration, stage: Stage[Workload]) -> Run | None:
 
 def meta(settings: Settings[Workload]) -> dict[str, Any]:
     """What a generating model's results say of their run beyond every run's: the dtypes
-    (the speed guard compares runs where they match), --serve-env, the roofline's."""
+    (the speed guard compares runs where they match), --serve-env, the roofline's, the
+    performance model's inputs (bench/predicted.py)."""
     return {
         "stock_dtype": settings.stock_dtype,
         "plan_dtype": settings.plan_dtype,
@@ -313,4 +326,5 @@ def meta(settings: Settings[Workload]) -> dict[str, Any]:
         "weight_bytes": settings.weight_bytes,
         **(settings.bandwidth.meta() if settings.bandwidth else NO_BANDWIDTH),
         "host_cores": settings.host_cores,
+        **settings.performance,
     }

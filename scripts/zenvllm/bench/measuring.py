@@ -39,6 +39,8 @@ class Prepared(Generic[AnyWorkload]):
     # A configuration's quality format where its weights are quantized (core/quality.py's
     # BOUNDS); any other is judged as the dtype its first server serves in.
     formats: dict[str, str] = field(default_factory=dict)
+    # The performance model's inputs the document records (bench/predicted.py's meta_of).
+    performance: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,7 @@ class Settings(Generic[AnyWorkload]):
     restart: bool = True  # restart the planner's layout once: its warm time to ready
     quality: bool = True  # score each configuration against the float32 reference
     formats: dict[str, str] = field(default_factory=dict)  # Prepared.formats
+    performance: dict[str, Any] = field(default_factory=dict)  # Prepared.performance
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,10 @@ weights, its batch-1 share), the peers, the other weights and the roofline are d
 again from the runs in results.json with the bench's own rules (bench/document.py),
 and every difference is a problem; so are the quality rows, from the raw scores
 (bench/scored.py), and a layout of the planner's beyond its quality bound. A roofline
-share over 100% is one too: the bandwidth figure it divides by is too low. table.md
-must show them as the report writes them.
+share over 100% is one too: the bandwidth figure it divides by is too low. So are the
+performance model's predictions, derived again from the meta and the configurations,
+and the planner's layout off its prediction by more than the model's bound
+(bench/predicted.py). table.md must show them as the report writes them.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import statistics
 from dataclasses import MISSING, fields
 from typing import Any
 
-from zenvllm.bench import document, roofline, scored
+from zenvllm.bench import document, predicted, roofline, scored
 from zenvllm.bench.catalogue import (
     ACCEPTANCE_RATIO,
     NEAR_BEST,
@@ -161,6 +163,10 @@ def problems(result: dict[str, Any], derived: dict[str, Any]) -> list[str]:
     if "roofline" in result or derived["roofline"]:
         found += row_problems("roofline", "config", result.get("roofline", []), derived["roofline"])
     found += over_problems(derived["roofline"], result["meta"])
+    if "predictions" in result:  # documents written before the predictions have none
+        stored = result["predictions"]
+        found += row_problems("predictions", "config", stored, derived["predictions"])
+    found += predicted.planner_problems(derived["predictions"])
     return found + batch1_problems(result)
 
 
@@ -313,8 +319,8 @@ def table_problems(
 
 def shown_problems(table: str, result: dict[str, Any], derived: dict[str, Any]) -> list[str]:
     """The verdict in words as the runs give it (a document from before the peers
-    table, with its verdict's keys only), the batch-1 rows, the weights and roofline
-    rows, as the report writes them (in table.md's text)."""
+    table, with its verdict's keys only), the batch-1 rows, the weights, roofline and
+    prediction rows, as the report writes them (in table.md's text)."""
     rows = result.get("roofline", [])
     verdict = derived["verdict"]
     if "peers" not in result:
@@ -322,6 +328,9 @@ def shown_problems(table: str, result: dict[str, Any], derived: dict[str, Any]) 
     wanted = [("verdict line", line) for line in verdict_lines(verdict)]
     wanted += [("weights row", weights_row(r)) for r in result.get("weights", [])]
     wanted += [("roofline row", roofline_row(r, has_batch1(rows))) for r in rows]
+    wanted += [
+        ("prediction row", predicted.prediction_row(r)) for r in result.get("predictions", [])
+    ]
     wanted += [
         ("batch-1 row", batch1_row(Summary(**s)))
         for s in result["summary"]

@@ -2,9 +2,10 @@
 
 A generating model's: AMD's ZenDNN table shape, the detail, batch 1, what ran, the
 planner against each peer and the other weights (bench/roofline.py writes the
-roofline's). A pooling model's: inputs/s per configuration and batch size, the detail
-with tokens/s and latency percentiles, the planner against stock and the peer, what
-ran and its vector against stock's. bench/check.py looks for their rows in table.md.
+roofline's, bench/predicted.py the predicted against measured). A pooling model's:
+inputs/s per configuration and batch size, the detail with tokens/s and latency
+percentiles, the planner against stock and the peer, what ran and its vector against
+stock's. bench/check.py looks for their rows in table.md.
 A generating model's quality (bench/scored.py) stands beside its tokens/s.
 """
 
@@ -16,6 +17,7 @@ from zenvllm.bench import scored
 from zenvllm.bench.catalogue import PLANNER, STOCK
 from zenvllm.bench.document import configs_from_dicts
 from zenvllm.bench.layouts import Configuration
+from zenvllm.bench.predicted import predictions_table
 from zenvllm.bench.results import PoolingSummary, Summary
 from zenvllm.bench.roofline import OVER, cached_note, over, percent_text, roofline_table
 
@@ -98,6 +100,8 @@ def generation_markdown(result: dict[str, Any]) -> str:
         parts += ["", roofline_table(result["roofline"], meta)]
     elif cached_note(meta):
         parts += ["", cached_note(meta)]
+    if result.get("predictions"):
+        parts += ["", predictions_table(result["predictions"])]
     return "\n".join(parts) + "\n"
 
 
