@@ -181,7 +181,7 @@ def test_an_slo_no_host_meets_exits_2_naming_the_target_the_least_and_the_fix():
         (
             "--load",
             "concurrency=-1,in=1000,out=300",
-            "argument --load: concurrency is '-1', not a whole number from 1 to 1,000,000; "
+            "argument --load: concurrency is -1, not a whole number from 1 to 1,000,000; "
             "e.g. concurrency=200",
         ),
         (
@@ -204,7 +204,7 @@ def test_the_request_gate_refuses_the_same_values_and_an_slo_without_a_load():
     base = ("plan", "--flavor", FLAVOR, "--model-size-gib", "16", "--request")
     refused(
         zenvllm(*base, '{"load": "concurrency=0,in=1,out=1"}'),
-        "--request: load: concurrency is '0'",
+        "--request: load: concurrency is 0, not a whole number from 1 to 1,000,000",
     )
     refused(
         zenvllm(*base, '{"slo": "tpot_ms=250"}'), "is met or missed at a load", "give load (--load)"

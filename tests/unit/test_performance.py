@@ -176,7 +176,7 @@ def test_a_quantized_model_computes_per_weight_not_per_byte():
     [
         (
             "concurrency=-1,in=1,out=1",
-            "concurrency is '-1', not a whole number from 1 to 1,000,000",
+            "concurrency is -1, not a whole number from 1 to 1,000,000",
         ),
         ("foo=1", "'foo=1' is not one of concurrency=, rate=, in=, out="),
         ("concurrency=4", "lacks in="),

@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from zenvllm.core import gate
 from zenvllm.core.dtype import EMULATED_BF16_SLOWDOWN, NATIVE_BF16_FLAGS
 from zenvllm.core.errors import UserError
 from zenvllm.core.model import DTYPE_BYTES, Model
@@ -228,12 +229,7 @@ def fields_of(text: str, known: tuple[str, ...], example: str) -> dict[str, str]
 
 
 def whole_field(given: dict[str, str], key: str, high: int, example: str) -> int:
-    value = given[key]
-    if not (value.isascii() and value.isdigit() and len(value) < 10 and 1 <= int(value) <= high):
-        raise UserError(
-            f"{key} is {value[:40]!r}, not a whole number from 1 to {high:,}; e.g. {example}"
-        )
-    return int(value)
+    return gate.whole_text(given[key], key, 1, high, f"e.g. {example}")
 
 
 def real_field(given: dict[str, str], key: str, high: float, example: str) -> float:
