@@ -97,8 +97,10 @@ lint: venv
 	MYPYPATH=scripts $(BIN)/mypy --strict --python-version 3.11 --cache-dir .cache/mypy -p zenvllm
 	MYPYPATH=scripts $(BIN)/mypy --strict --python-version 3.10 --cache-dir .cache/mypy-3.10 -p zenvllm.core -p zenvllm.runtime
 
-# Two workers: 44 s on the 2-core Zen 4, 105 s serially.
+# Two workers: 44 s on the 2-core Zen 4, 105 s serially. nft (Debian's nftables, its
+# service left off) checks the firewall tables the roles render (tests/unit/test_firewall.py).
 unit: venv
+	@scripts/apt_install.sh nftables
 	$(PYTEST) -q -n 2 tests/unit
 
 # Lint (one process at a time, mypy most of it) beside the unit tests' two workers, each
@@ -118,8 +120,7 @@ engine:
 
 # Debian base image made with debootstrap (cached tarball; skipped when tagged).
 base-image: venv-deploy engine
-	@command -v debootstrap >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-	  apt-get install -y -qq --no-install-recommends debootstrap >/dev/null; }
+	@scripts/apt_install.sh debootstrap
 	$(BIN)/python -m zenvllm.image.baseimage
 
 tiny-model: venv
@@ -176,8 +177,7 @@ undeploy: venv-deploy planner
 
 # Podman (Debian's package) builds vllm-openai too, beside docker's two builders.
 test-image: venv engine base-image
-	@command -v podman >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-	  apt-get install -y -qq --no-install-recommends podman >/dev/null; }
+	@scripts/apt_install.sh podman
 	$(PYTEST) -q -n 2 --dist loadgroup --durations=10 tests/image  # WORKERS: tests/conftest.py
 
 # Two workers, as the ansible tier: each module runs whole in the one WORKERS names.
@@ -190,12 +190,7 @@ test-serve: venv engine base-image tiny-model
 # to it: the njs module that several models behind one endpoint need comes with it here,
 # as an operator installs it (the reliability tier's gateway serves several models).
 ansible-tools:
-	@command -v systemd-nspawn >/dev/null && command -v debootstrap >/dev/null && \
-	  command -v rsync >/dev/null && command -v nginx >/dev/null && \
-	  dpkg-query -W -f='$${Status}' libnginx-mod-http-js 2>/dev/null | grep -q 'ok installed' || \
-	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	    --no-install-recommends systemd-container debootstrap rsync nginx \
-	    libnginx-mod-http-js >/dev/null; }
+	@scripts/apt_install.sh systemd-container debootstrap rsync nginx libnginx-mod-http-js
 
 # Two workers; each module runs whole in the one WORKERS (tests/conftest.py) names.
 test-ansible: venv planner engine ansible-tools

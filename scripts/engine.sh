@@ -15,6 +15,10 @@
 # cache is garbage-collected down to ZENVLLM_BUILD_CACHE (default 20GB): left
 # alone it grew to 70 GB in a day of image builds and filled the disk.
 set -euo pipefail
+# One caller at a time (`make test` starts set-up beside a tier): a second waits, then
+# finds the engine the first installed or started.
+exec 8>/run/lock/zenvllm-engine.lock
+flock 8
 
 hostengine=(python3 "$(dirname "$0")/zenvllm/runtime/hostengine.py")
 : "${DOCKER_HOST:=$("${hostengine[@]}" socket)}"
@@ -31,10 +35,8 @@ read -r action packages < <("${hostengine[@]}" decide --private-ok --docker-host
 
 if [[ -n ${packages:-} ]]; then
     echo "engine: installing Debian's $packages (no engine is installed)" >&2
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
     # shellcheck disable=SC2086
-    apt-get install -y -qq --no-install-recommends $packages >/dev/null
+    "$(dirname "$0")/apt_install.sh" $packages
     # shellcheck disable=SC2086
     "${hostengine[@]}" record $packages
 fi
@@ -63,7 +65,7 @@ echo "engine: systemd is not PID 1 here, so zenvllm starts its own dockerd on $D
 nohup dockerd --iptables=false --ip-masq=false --bridge=none --default-shm-size=1g \
     --config-file "$run/daemon.json" --data-root "$state" --exec-root "$run/exec" \
     -H "unix://$sock" --pidfile "$run/dockerd.pid" \
-    >"$run/dockerd.log" 2>&1 &
+    >"$run/dockerd.log" 2>&1 8>&- & # 8>&-: the daemon must not hold the lock
 
 for _ in $(seq 60); do
     if docker version --format '{{.Server.Version}}' >/dev/null 2>&1; then

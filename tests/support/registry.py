@@ -43,6 +43,7 @@ from support.engine import engine_env
 PACKAGES = ("docker-registry", "apache2-utils")  # the registry; htpasswd
 CERTS_DIRS = (Path("/etc/docker/certs.d"), Path("/etc/containers/certs.d"))
 SERVICE = "docker-registry"
+APT_INSTALL = Path(__file__).resolve().parents[2] / "scripts" / "apt_install.sh"
 
 
 class Reply(NamedTuple):
@@ -130,11 +131,7 @@ def ensure_installed() -> None:
     and disabled at once (the tests run their own, on their own port)."""
     if shutil.which("docker-registry") and shutil.which("htpasswd"):
         return
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES]
-    if subprocess.run(install, env=env, capture_output=True, check=False).returncode != 0:
-        subprocess.run(["apt-get", "update", "-qq"], env=env, check=True, capture_output=True)
-        subprocess.run(install, env=env, check=True, capture_output=True)
+    subprocess.run([str(APT_INSTALL), *PACKAGES], check=True)
     for quiet in (["systemctl", "disable", "--now", SERVICE], ["service", SERVICE, "stop"]):
         with contextlib.suppress(OSError):
             subprocess.run(quiet, capture_output=True, check=False, timeout=60)
