@@ -269,6 +269,19 @@ def number(value: Any, where: str, low: float, high: float, fix: str) -> float:
     return float(value)
 
 
+def number_text(raw: str, where: str, low: float, high: float, fix: str) -> float:
+    """A finite number in (low, high] written as text (a CLI field, a flag)."""
+    value = raw.strip()
+    try:
+        parsed = float(value) if len(value) <= MAX_DIGITS else math.nan
+    except ValueError:
+        parsed = math.nan
+    if not math.isfinite(parsed) or not low < parsed <= high:
+        top = f"{high:,.0f}" if float(high).is_integer() else f"{high:g}"
+        raise InputError(f"{where} is {value[:40]!r}, not a number in ({low:g}, {top}]; {fix}")
+    return parsed
+
+
 def whole_text(raw: str, where: str, low: int, high: int, fix: str) -> int:
     """An integer written as text (sysfs, a CLI field), checked before it is used."""
     value = raw.strip()

@@ -233,16 +233,7 @@ def whole_field(given: dict[str, str], key: str, high: int, example: str) -> int
 
 
 def real_field(given: dict[str, str], key: str, high: float, example: str) -> float:
-    value = given[key]
-    try:
-        number = float(value)
-    except ValueError:
-        number = math.nan
-    if not (math.isfinite(number) and 0 < number <= high):
-        raise UserError(
-            f"{key} is {value[:40]!r}, not a number in (0, {high:,.0f}]; e.g. {example}"
-        )
-    return number
+    return gate.number_text(given[key], key, 0, high, f"e.g. {example}")
 
 
 def parse_load(text: str) -> Load:

@@ -287,7 +287,7 @@ VARIABLES = (
         "Seconds a restarted instance has to answer /health before the next one restarts.",
         ROLLOUT,
     ),
-    own("health_delay", 5, "Seconds between /health polls.", ROLLOUT),
+    own("health_delay", 1, "Seconds between /health asks (one process on the host asks).", ROLLOUT),
     own(
         "drain_timeout",
         600,

@@ -24,7 +24,25 @@ VARIABLES = (
         CHECKS,
         description="Seconds each instance may take to answer /health.",
     ),
-    own("health_delay", 5, "", CHECKS, description="Seconds between /health polls."),
+    own("health_delay", 1, "", CHECKS, description="Seconds between /health asks."),
+    own(
+        "planner",
+        "",
+        "The planner zipapp on the host, which waits for them in one process (`zenvllm "
+        "health wait`): the instances role's copy.",
+        CHECKS,
+        role_default="{{ zenvllm_instances_pythonpath | default('') }}",
+        description="Path of the planner zipapp on the host; defaults to the instances "
+        "role's copy.",
+    ),
+    own(
+        "python",
+        "/usr/bin/python3",
+        "",
+        CHECKS,
+        role_default="{{ zenvllm_instances_python | default('/usr/bin/python3') }}",
+        description="The host's Python that runs the planner zipapp.",
+    ),
     own(
         "completion",
         True,
