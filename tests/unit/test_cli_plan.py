@@ -88,6 +88,8 @@ def test_impossible_model_exits_non_zero_naming_needed_and_available_gib():
     [
         (["--flavor", "m1.huge"], "unknown flavor 'm1.huge'; presets are"),
         (["--flavor", "vcpus=7,ram_gib=8,smt=2"], "7 vCPUs do not split evenly"),
+        (["--flavor", "vcpus=8,ram=8"], "'ram=8' is not one of vcpus=, ram_gib=, numa=, smt="),
+        (["--flavor", "vcpus=8,ram_gib=8,vcpus=4"], "gives vcpus twice; describe it as"),
         (["--root", "/nonexistent"], "/nonexistent"),
         (["--model", "/nonexistent"], "no config.json"),
         (["--instances", "0"], "argument --instances: '0' is not a whole number of 1 or more"),

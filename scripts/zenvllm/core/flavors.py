@@ -78,13 +78,7 @@ def parse_flavor(spec: str) -> Flavor:
             f"unknown flavor {spec!r}; presets are {', '.join(PRESETS)}, or describe one as "
             "vcpus=N,ram_gib=N[,numa=N][,smt=1|2][,cpu=" + "|".join(CPU_MODELS) + "]"
         )
-    fields: dict[str, str] = {}
-    for part in spec.split(","):
-        key, _, value = part.partition("=")
-        fields[key.strip()] = value.strip()
-    unknown = set(fields) - {"vcpus", "ram_gib", "numa", "smt", "cpu"}
-    if unknown:
-        raise UserError(f"flavor {spec!r}: unknown field(s) {sorted(unknown)}")
+    fields = gate.fields(spec, ("vcpus", "ram_gib", "numa", "smt", "cpu"), FLAVOR_FIX)
     missing = [k for k in ("vcpus", "ram_gib") if k not in fields]
     if missing:
         raise UserError(f"flavor {spec!r} lacks {missing[0]}=N")

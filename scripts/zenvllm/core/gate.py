@@ -269,6 +269,20 @@ def number(value: Any, where: str, low: float, high: float, fix: str) -> float:
     return float(value)
 
 
+def fields(text: str, known: tuple[str, ...], fix: str) -> dict[str, str]:
+    """KEY=VALUE,... (a flavor, a load) with each key one of `known`, once."""
+    given: dict[str, str] = {}
+    for part in text.split(","):
+        key, eq, value = (p.strip() for p in part.partition("="))
+        if key not in known or not eq:
+            names = ", ".join(f"{k}=" for k in known)
+            raise InputError(f"{part[:40]!r} is not one of {names}; {fix}")
+        if key in given:
+            raise InputError(f"{text[:80]!r} gives {key} twice; {fix}")
+        given[key] = value
+    return given
+
+
 def number_text(raw: str, where: str, low: float, high: float, fix: str) -> float:
     """A finite number in (low, high] written as text (a CLI field, a flag)."""
     value = raw.strip()

@@ -214,20 +214,6 @@ MAX_TOKENS = 1 << 24  # --max-model-len's limit
 MAX_MS = 3_600_000.0  # an hour
 
 
-def fields_of(text: str, known: tuple[str, ...], example: str) -> dict[str, str]:
-    """KEY=VALUE,... with each key one of `known`, once."""
-    given: dict[str, str] = {}
-    for part in text.split(","):
-        key, eq, value = (p.strip() for p in part.partition("="))
-        if key not in known or not eq:
-            fields = ", ".join(f"{k}=" for k in known)
-            raise UserError(f"{part[:40]!r} is not one of {fields}; e.g. {example}")
-        if key in given:
-            raise UserError(f"{text[:80]!r} gives {key} twice; e.g. {example}")
-        given[key] = value
-    return given
-
-
 def whole_field(given: dict[str, str], key: str, high: int, example: str) -> int:
     return gate.whole_text(given[key], key, 1, high, f"e.g. {example}")
 
@@ -239,7 +225,7 @@ def real_field(given: dict[str, str], key: str, high: float, example: str) -> fl
 def parse_load(text: str) -> Load:
     """`concurrency=N,in=P,out=O` or `rate=R,in=P,out=O`, refused by value."""
     ex = LOAD_EXAMPLE
-    given = fields_of(text, ("concurrency", "rate", "in", "out"), ex)
+    given = gate.fields(text, ("concurrency", "rate", "in", "out"), f"e.g. {ex}")
     lacking = [f"{k}=" for k in ("in", "out") if k not in given]
     if "concurrency" not in given and "rate" not in given:
         lacking.append("concurrency= (clients) or rate= (requests/s)")
@@ -258,7 +244,7 @@ def parse_load(text: str) -> Load:
 def parse_slo(text: str) -> Slo:
     """`tpot_ms=X[,ttft_ms=Y][,user_tok_s=Z]`, at least one, refused by value."""
     ex = SLO_EXAMPLE
-    given = fields_of(text, ("tpot_ms", "ttft_ms", "user_tok_s"), ex)
+    given = gate.fields(text, ("tpot_ms", "ttft_ms", "user_tok_s"), f"e.g. {ex}")
     return Slo(
         tpot_ms=real_field(given, "tpot_ms", MAX_MS, ex) if "tpot_ms" in given else 0.0,
         ttft_ms=real_field(given, "ttft_ms", MAX_MS, ex) if "ttft_ms" in given else 0.0,
