@@ -27,14 +27,19 @@ import pytest
 from conftest import require
 from cryptography import x509
 from support import engine, gateway, prometheus, role_template
-from support.ansible_run import ANSIBLE_DIR, BIN, changed_tasks, planner_zipapp, playbook
-from support.ansible_run import env as ansible_env
+from support.ansible_run import (
+    ANSIBLE_DIR,
+    BIN,
+    changed_tasks,
+    planner_zipapp,
+    playbook,
+    start_playbook,
+)
 from support.load import STEADY, BackgroundLoad
 from support.nspawn import NETWORKS
 from support.tiny_model import ensure_tiny_model
 
 from zenvllm.core.topology import read_host
-from zenvllm.deploy import playbooks
 from zenvllm.runtime.health import healthy
 
 pytestmark = pytest.mark.ansible
@@ -545,14 +550,7 @@ def test_an_interrupted_deploy_leaves_whole_files_and_undeploy_removes_it(deploy
         "zenvllm_instances_revisions_dir": str(tmp_path / "revisions" / name),
     }
     label = f"label=zenvllm.deployment={name}"
-    proc = subprocess.Popen(
-        playbooks.command("playbooks/deploy.yml", "-e", json.dumps(extra)),
-        cwd=ANSIBLE_DIR,
-        env=ansible_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = start_playbook(extra_vars=extra)
     try:
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline and proc.poll() is None:

@@ -3,8 +3,8 @@
 Everything the deployment writes goes to one temp dir (env files, run
 scripts, the planner copy, the seccomp profile) except the nginx site, which
 gets its own name so it never clobbers another deployment's. Extra vars go
-to Ansible through a 0600 file (`-e @file`), never the command line, so the
-fake secrets stay out of every process's arguments.
+to Ansible (support.ansible_run's runner) through a 0600 file (`-e @file`), never the
+command line, so the fake secrets stay out of every process's arguments.
 
 Systemd is not PID 1 here: the instances role then lets the engine's restart
 policy (`--restart unless-stopped`) supervise the containers.
@@ -23,15 +23,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from support import engine
-from support.ansible_run import planner_zipapp
+from support import ansible_run, engine
+from support.ansible_run import Run, planner_zipapp
 from support.gateway import nginx_as_found
 
 from zenvllm.bench.gateway import signal_nginx
-from zenvllm.deploy import playbooks
 
 REPO = Path(__file__).resolve().parents[2]
-ANSIBLE = REPO / "ansible"
 DOCKER_HOST = os.environ.get("DOCKER_HOST", "unix:///run/zenvllm/docker.sock")
 IMAGE = "zenvllm/vllm-openai:0.32.0"
 NGINX_DEFAULT_SITE = Path("/etc/nginx/sites-enabled/default")
@@ -45,19 +43,6 @@ def docker(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     """support.engine's, on this fleet's engine and without a time limit."""
     env = {**os.environ, "DOCKER_HOST": DOCKER_HOST}
     return engine.docker(*args, check=check, timeout=None, env=env)
-
-
-def ansible_env(root: Path) -> dict[str, str]:
-    return playbooks.environment(
-        REPO / ".cache" / "ansible",
-        ANSIBLE,
-        ANSIBLE_REMOTE_TEMP=str(root / "ansible-remote-tmp"),
-        ANSIBLE_FORCE_COLOR="0",
-        PYTHONDONTWRITEBYTECODE="1",
-        DOCKER_HOST=DOCKER_HOST,
-        # The gateway's generated keys and CA copy, never in the user's ~/.config.
-        ZENVLLM_SECRETS_DIR=str(SECRETS),
-    )
 
 
 @dataclass
@@ -132,27 +117,18 @@ class Fleet:
             **override,
         }
 
-    def playbook(
-        self, *args: str, timeout: float = 1200, **override
-    ) -> subprocess.CompletedProcess:
-        """Run deploy.yml with these variables; output captured (stdout and stderr together)."""
+    def playbook(self, *args: str, timeout: float = 1200, **override) -> Run:
+        """deploy.yml with these variables, given in a 0600 file (`-e @file`) before the
+        caller's arguments, so a test's own `-e` wins."""
         self.root.mkdir(parents=True, exist_ok=True)
         planner_zipapp(self.root)
         vars_file = self.root / "vars.json"
         fd = os.open(vars_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as out:
             json.dump(self.variables(**override), out)
-        argv = playbooks.command("playbooks/deploy.yml", "-e", f"@{vars_file}", *args)
-        return subprocess.run(
-            argv,
-            cwd=ANSIBLE,
-            env=ansible_env(self.root),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
+        remote_temp = str(self.root / "ansible-remote-tmp")
+        environ = {"ANSIBLE_REMOTE_TEMP": remote_temp, "DOCKER_HOST": DOCKER_HOST}
+        return ansible_run.playbook("-e", f"@{vars_file}", *args, timeout=timeout, environ=environ)
 
     def containers(self, n: int = 2) -> list[str]:
         """This fleet's containers (by port label: another deployment's are not ours)."""
@@ -177,7 +153,7 @@ class Fleet:
 
 
 @contextlib.contextmanager
-def deploy_then_remove(fleet: Fleet, log: Path) -> Iterator[subprocess.CompletedProcess]:
+def deploy_then_remove(fleet: Fleet, log: Path) -> Iterator[Run]:
     """deploy.yml's run for the fleet, its output kept in `log` (the whole story when it
     fails), asserted to pass; then always taken down, nginx's default site put back and
     nginx stopped again if this run started it."""
@@ -185,12 +161,12 @@ def deploy_then_remove(fleet: Fleet, log: Path) -> Iterator[subprocess.Completed
     with nginx_as_found():
         start = time.monotonic()
         done = fleet.playbook("-v")
-        print(f"\ndeploy.yml ({fleet.deployment}): rc {done.returncode} in "
+        print(f"\ndeploy.yml ({fleet.deployment}): rc {done.rc} in "
               f"{time.monotonic() - start:.0f} s")  # fmt: skip
         log.parent.mkdir(parents=True, exist_ok=True)
-        log.write_text(done.stdout)
+        log.write_text(done.output)
         try:
-            assert done.returncode == 0, f"see {log}: " + done.stdout[-4000:]
+            assert done.rc == 0, f"see {log}: " + done.output[-4000:]
             yield done
         finally:
             fleet.teardown(default_site)

@@ -139,8 +139,8 @@ def test_malformed_yaml_vars_file(fleet, tmp_path):
         "zenvllm_api_key: x\n"
     )
     done = fleet.playbook("-e", f"@{bad}")
-    assert done.returncode != 0
-    out = done.stdout
+    assert done.rc != 0
+    out = done.output
     assert "YAML parsing failed" in out, out
     assert f"{bad}:3:" in out, out  # file and line
     assert "zenvllm_gateway_listen: [127.0.0.1:8410" in out  # the offending line, shown
@@ -153,8 +153,8 @@ def test_image_missing_on_the_host(fleet):
     missing = "zenvllm/vllm-openai:no-such-tag"
     assert docker("image", "inspect", missing, check=False).returncode != 0
     done = fleet.playbook(zenvllm_image=missing)
-    out = done.stdout
-    assert done.returncode != 0, out
+    out = done.output
+    assert done.rc != 0, out
     assert f"Image {missing} is not on localhost" in out, out
     assert "make image" in out  # the fix
     # Refused before the instances role: no container, no env file, no gateway site.

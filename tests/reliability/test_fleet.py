@@ -103,7 +103,7 @@ def deployed(stale_pid_file, tmp_path_factory):
     ensure_image()
     fleet = Fleet(root=tmp_path_factory.mktemp("fleet"), model_dir=ensure_tiny_model())
     with deploy_then_remove(fleet, REPO / ".cache" / "reliability-deploy.log") as done:
-        yield fleet, [done.stdout]
+        yield fleet, [done.output]
 
 
 def test_a_stale_nginx_pid_file_is_neither_trusted_nor_signalled(deployed, stale_pid_file):
@@ -386,8 +386,8 @@ def test_rolling_update_under_load_fails_no_request(deployed):
             time.sleep(2)
             done = fleet.playbook("-v", zenvllm_image=tag)
             covered = load.thread.is_alive() and streams.thread.is_alive()
-        outputs.append(done.stdout)
-        assert done.returncode == 0, done.stdout[-6000:]
+        outputs.append(done.output)
+        assert done.rc == 0, done.output[-6000:]
     finally:
         docker("rmi", tag, check=False)  # the tag only; the image stays
     result = load.total
@@ -409,7 +409,7 @@ def test_rolling_update_under_load_fails_no_request(deployed):
     assert a1 <= b0 or b1 <= a0, spans
     for name in fleet.containers():
         assert inspect(name)["Config"]["Image"] == tag
-    out = done.stdout
+    out = done.output
     first, second = fleet.names()
     replace = [out.index(f"Replace the container of {n}") for n in (first, second)]
     waited = out.index(f"Wait for /health of {first}", replace[0])

@@ -115,15 +115,15 @@ def checked(fleet):
 @pytest.fixture(scope="module")
 def pooled(fleet, checked):
     with deploy_then_remove(fleet, REPO / ".cache" / "reliability-pooled-deploy.log") as done:
-        yield fleet, done.stdout
+        yield fleet, done.output
 
 
 def test_check_mode_plans_both_models_on_a_host_without_them_and_changes_nothing(fleet, checked):
     done, left = checked
-    assert done.returncode == 0, done.stdout[-4000:]
+    assert done.rc == 0, done.output[-4000:]
     # The plan: an instance of each model (render.yml's loop names them, as it would write).
     for name in fleet.names(2):
-        assert f"(item={name})" in done.stdout, done.stdout[-4000:]
+        assert f"(item={name})" in done.output, done.output[-4000:]
     # The test's own (its variables, planner and Ansible's temp): no model, config or lib.
     assert left == ["ansible-remote-tmp", "vars.json", "zenvllm.pyz"]
     assert fleet.containers(2) == [] and not fleet.site.exists()

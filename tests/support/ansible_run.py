@@ -139,15 +139,18 @@ def playbook(
     *args: str,
     extra_vars: dict | None = None,
     playbook_file: str = "playbooks/deploy.yml",
-    timeout: int = 1800,
+    timeout: float = 1800,
     cpus: str = "",
+    environ: dict[str, str] | None = None,
 ) -> Run:
     """ansible-playbook from ansible/, extra vars passed as JSON (types kept); with cpus
-    (a CPU list), confined to those CPUs, so the planner on localhost sees only them."""
+    (a CPU list), confined to those CPUs, so the planner on localhost sees only them;
+    `environ` on top of env() (DOCKER_HOST, ANSIBLE_REMOTE_TEMP...). The one way the
+    tests run a playbook and wait for it."""
     proc = subprocess.run(
         playbook_argv(*args, extra_vars=extra_vars, playbook_file=playbook_file, cpus=cpus),
         cwd=ANSIBLE_DIR,
-        env=env(),
+        env=env() | (environ or {}),
         # Ansible refuses a non-blocking stdin, which a test run started in the
         # background may hand down: no playbook here reads it.
         stdin=subprocess.DEVNULL,
