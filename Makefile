@@ -217,7 +217,9 @@ BENCH_WORKLOAD_qwen1.5b ?= --num-prompts 16 --concurrency 16 --warmup-prompts 16
 BENCH_WORKLOAD_qwen0.5b-quant ?= $(BENCH_WORKLOAD_qwen0.5b) --configs stock,auto
 QUANT_MODEL = $(BIN)/python tests/support/quant_model.py --shape qwen0.5b --format
 BENCH_WORKLOAD_qwen0.5b-quant += $(foreach f,w8a8 awq,--weights $(f)="$$($(QUANT_MODEL) $(f))")
-BENCH_RUN = $(BIN)/zenvllm bench $(BENCH_ARGS)
+# In rounds, the order reversed each round: the machine's drift falls on every
+# configuration alike (docs/how-to/bench.md#order).
+BENCH_RUN = $(BIN)/zenvllm bench --order rounds $(BENCH_ARGS)
 bench: venv planner engine
 	$(MAKE) image TARGET=vllm-openai
 	$(MAKE) image TARGET=zen

@@ -10,6 +10,7 @@ import argparse
 import json
 import math
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import ClassVar
 
@@ -267,6 +268,39 @@ def test_one_runner_runs_a_generating_and_an_embedding_model(engine, tmp_path):
     infinity = [p for p in FakePool.passes if "infinity-embeddings" in p]
     assert infinity and all(opt(p, "--endpoint") == "/embeddings" for p in infinity)
     assert removed(engine) >= {s.name for c in configs for s in c.servers}
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_in_rounds_each_repeat_is_a_round_the_order_reversed_each_round(engine, tmp_path, reverse):
+    """--order rounds: repeat r of every configuration in round r, the order reversed each
+    round (ABBA), the servers started again each round, batch 1 once at each one's last
+    visit; the rounds recorded, each ratio's spread over stock's repeat of the same round,
+    shown in the table and passed by the check. --reverse starts from the last."""
+    names = ["stock", "auto"]
+    configs, _ = layouts.resolve(names, HOST, TINY, 8401, 512)
+    settings = Settings(
+        model_dir=tmp_path, model_name="tiny", images={"vllm-openai": "v"},
+        workload=replace(workloads.QUICK, repeats=3), max_model_len=512,
+        out_dir=tmp_path / "gen", plots=True, order="rounds", reverse=reverse,
+    )  # fmt: skip
+    FakePool.fast = "auto"  # half the duration: twice stock's tokens/s in every round
+    result, status = runner.run_bench(kinds.GENERATION_KIND, configs, settings)
+    assert status == 0 and check.check_outputs(tmp_path / "gen", names) == []
+    first, second = (names[::-1], names) if reverse else (names, names[::-1])
+    assert result["meta"]["order"] == {"mode": "rounds", "rounds": [first, second, first]}
+    stems = [opt(p, "--result-filename").rsplit("-client", 1)[0] for p in FakePool.passes]
+    measured = [s for s in stems if "-r" in s]
+    expected = [f"{n}-r{r}" for r, order in enumerate((first, second, first), 1) for n in order]
+    assert measured == expected
+    for name in names:  # batch 1 after its last repeat, once
+        assert stems.count(f"{name}-batch1") == 1
+        assert stems.index(f"{name}-batch1") > stems.index(f"{name}-r3")
+    started = [c for c in engine.calls if c[0] == "run"]
+    assert len(started) == 3 * sum(len(c.servers) for c in configs)  # once a round
+    auto = next(s for s in result["summary"] if s["config"] == "auto")
+    assert (auto["ratio"], auto["ratio_min"], auto["ratio_max"]) == (2.0, 2.0, 2.0)
+    table = (tmp_path / "gen" / "table.md").read_text()
+    assert "| 2.000x (2.000-2.000) |" in table
 
 
 def test_a_configuration_that_fails_is_a_failure_and_the_others_still_run(

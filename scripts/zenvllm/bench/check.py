@@ -1,12 +1,14 @@
 """Is a bench output directory complete and consistent? One check for every model kind.
 
-`python -m zenvllm.bench.check DIR [--acceptance] [--near-best]`: no configuration
-failed or is missing; the runs are what the workload asked of every configuration and
-every derived figure follows from the raw runs (the document's kind, bench/kinds.py,
-checks its own: a generating model's in bench/recompute.py, which trusts no stored
-verdict, its quality verdicts included, and fails a layout of the planner's beyond its
-quality bound; a pooling model's in bench/pooling.py); the CSVs (quality.csv too) and
-the table say what results.json says; the plots are PNGs.
+`python -m zenvllm.bench.check DIR [--acceptance] [--near-best] [--agrees-with OTHER]`:
+no configuration failed or is missing; the runs are what the workload asked of every
+configuration and every derived figure follows from the raw runs (the document's kind,
+bench/kinds.py, checks its own: a generating model's in bench/recompute.py, which
+trusts no stored verdict, its quality verdicts included, and fails a layout of the
+planner's beyond its quality bound; a pooling model's in bench/pooling.py); the CSVs
+(quality.csv too) and the table say what results.json says; the plots are PNGs. With
+--agrees-with, two runs of the same configurations agree on each one's ratio to stock
+(bench/agreement.py).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import io
 from pathlib import Path
 from typing import Any
 
-from zenvllm.bench import kinds
+from zenvllm.bench import agreement, kinds
 from zenvllm.bench.catalogue import ACCEPTANCE_RATIO, NEAR_BEST
 from zenvllm.core import gate
 from zenvllm.core.errors import UserError
@@ -114,7 +116,8 @@ def compare_csv(path: Path, rows: list[dict[str, Any]], label: str) -> list[str]
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m zenvllm.bench.check DIR [--acceptance]`: check a bench output directory."""
+    """`python -m zenvllm.bench.check DIR [--acceptance] [--near-best] [--agrees-with
+    OTHER]`: check a bench output directory."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m zenvllm.bench.check", description=main.__doc__)
@@ -130,12 +133,25 @@ def main(argv: list[str] | None = None) -> int:
         help=f"also require the planner's layout at >= {NEAR_BEST}x the best configuration "
         "that serves the same weights",
     )
+    parser.add_argument(
+        "--agrees-with",
+        type=Path,
+        metavar="OTHER",
+        help="also require each configuration's ratio to stock within OTHER's spread and "
+        "OTHER's within this run's (OTHER: a run of the same configurations, in another order)",
+    )
     args = parser.parse_args(argv)
     problems = check_outputs(args.out)
+    if args.agrees_with:
+        problems += [f"{args.agrees_with}: {p}" for p in check_outputs(args.agrees_with)]
     said = ""
     if not problems:  # judged as its kind judges it (the verdict the runs give)
         result = gate.read_json(args.out / "results.json", gate.DOCUMENT, "")
         problems, said = kinds.of_document(result).judged(result, args.acceptance, args.near_best)
+        if args.agrees_with and not problems:
+            other = gate.read_json(args.agrees_with / "results.json", gate.DOCUMENT, "")
+            problems = agreement.disagreements(result, other)
+            said += f"\n{args.out}: {agreement.agreement_line(result, other)}"
     for p in problems:
         print(f"{args.out}: {p}")
     if not problems:

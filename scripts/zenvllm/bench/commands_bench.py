@@ -88,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
         compile_cache_dir=compile_cache,
         serve_env=dict(request.serve_env),
         restart=request.restart,
+        order=request.order,
+        reverse=request.reverse,
         quality=request.quality,
         stock_dtype=ready.dtypes[0],
         plan_dtype=ready.dtypes[1],

@@ -84,7 +84,7 @@ def derived(
     planner's batch-1 share too; none beyond its quality bound the best), the peers,
     other weights, the roofline, the quality rows and the performance model's predictions
     beside the measured figures (bench/predicted.py)."""
-    summaries = summarize(runs, configs, batch1)
+    summaries = summarize(runs, configs, batch1, paired="order" in meta)
     rows = roofline.roofline(summaries, configs, meta)
     judged = scored.judged_rows(list(quality_runs))
     planner = next((r["within"] for r in judged if r["config"] == PLANNER), None)

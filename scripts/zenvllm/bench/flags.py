@@ -9,7 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from zenvllm.bench import catalogue, workloads
+from zenvllm.bench import catalogue, order, workloads
 from zenvllm.core import arguments
 from zenvllm.core.arguments import real, whole
 
@@ -48,6 +48,8 @@ class BenchRequest:
     concurrency: int | None
     warmup_prompts: int | None
     batch1_prompts: int | None
+    order: str  # bench/order.py: blocks, or rounds (a repeat of every configuration each)
+    reverse: bool  # the first round from the last configuration
     compile: bool  # never fall back to --enforce-eager
     compile_cache: Path | None
     restart: bool  # not --no-restart
@@ -128,6 +130,20 @@ def add_workload_flags(parser: argparse.ArgumentParser) -> None:
         type=whole(0, 1000),
         help="after the repeats, requests one at a time to each configuration's first "
         f"instance (default {workloads.FULL.batch1_prompts}; 0: no batch-1 figures)",
+    )
+    parser.add_argument(
+        "--order",
+        choices=order.ORDERS,
+        default=order.BLOCKS,
+        help="blocks: each configuration's repeats at one start of its servers (default); "
+        "rounds: a repeat of every configuration per round, the order reversed each round, "
+        "so the machine's drift falls on all alike (each round starts the servers again)",
+    )
+    parser.add_argument(
+        "--reverse",
+        action="store_true",
+        help="start from the last configuration (a second run, to show the order does not "
+        "change the ratios)",
     )
 
 
@@ -232,6 +248,8 @@ def request_of(values: Mapping[str, Any]) -> BenchRequest:
         concurrency=args.concurrency,
         warmup_prompts=args.warmup_prompts,
         batch1_prompts=args.batch1_prompts,
+        order=args.order,
+        reverse=args.reverse,
         compile=args.compile,
         compile_cache=args.compile_cache,
         restart=not args.no_restart,

@@ -198,10 +198,10 @@ def formats(
 
 
 def measure(config: Configuration, stage: Stage[Workload]) -> Measured:
-    """Warm a configuration up, run its repeats and batch 1 (with the run's clients,
-    vLLM's own `vllm bench serve`), read back what ran: its runs and batch-1 run, what
-    ran and how it started, and the failures that leave its runs standing (batch 1's;
-    an accelerator that did not run)."""
+    """Warm a configuration up, run this visit's repeats and, at its last visit, batch 1
+    (with the run's clients, vLLM's own `vllm bench serve`); read back what ran: its
+    runs and batch-1 run, what ran and how it started, and the failures that leave its
+    runs standing (batch 1's; an accelerator that did not run)."""
     if config.kind == REFERENCE_KIND:  # scored only
         facts = {"start": stage.started} if stage.started else {}
         return Measured({"quality_runs": [scored(config, stage)]}, facts)
@@ -213,7 +213,7 @@ def measure(config: Configuration, stage: Stage[Workload]) -> Measured:
         say(f"{tag}: warm-up, {w.warmup_prompts} prompts (not measured)")
         clients.run_clients(stage.pool, stage.endpoints, warm, f"{config.name}-warmup", counted)
     runs = []
-    for repeat in range(1, w.repeats + 1):
+    for repeat in stage.visit.repeats:
         load = os.getloadavg()[0]
         stem = f"{config.name}-r{repeat}"
         mine = [s.repeat(repeat) for s in shares]
@@ -226,6 +226,8 @@ def measure(config: Configuration, stage: Stage[Workload]) -> Measured:
             f"TTFT {run.median_ttft_ms:.0f} ms, TPOT {run.median_tpot_ms:.1f} ms "
             f"(load {load:.2f})"
         )
+    if not stage.visit.last:  # batch 1, quality and how it ran: at its last visit
+        return Measured({"runs": [asdict(r) for r in runs]}, {})
     failures: list[str] = []
     one: Run | None = None
     try:

@@ -18,6 +18,7 @@ from zenvllm.bench import catalogue
 from zenvllm.bench.clients import ClientPool
 from zenvllm.bench.gateway import Deployment
 from zenvllm.bench.layouts import Configuration
+from zenvllm.bench.order import BLOCKS, Visit
 from zenvllm.bench.roofline import Bandwidth
 from zenvllm.bench.workloads import AnyWorkload
 from zenvllm.core.host import Host
@@ -77,6 +78,8 @@ class Settings(Generic[AnyWorkload]):
     stock_dtype: str = catalogue.STOCK_DTYPE
     plan_dtype: str = "bfloat16"
     restart: bool = True  # restart the planner's layout once: its warm time to ready
+    order: str = BLOCKS  # or ROUNDS: a round per repeat (bench/order.py)
+    reverse: bool = False  # the first round from the last configuration
     quality: bool = True  # score each configuration against the float32 reference
     formats: dict[str, str] = field(default_factory=dict)  # Prepared.formats
     performance: dict[str, Any] = field(default_factory=dict)  # Prepared.performance
@@ -92,6 +95,7 @@ class Stage(Generic[AnyWorkload]):
     endpoints: list[tuple[str, str]]  # (base URL, served model name), a client each
     started: dict[str, Any]  # how its servers started (bench/servers.py); {}: none
     tag: str  # "[i/n] name", before each line said of it
+    visit: Visit  # the repeats this start of its servers measures, and if it is the last
 
 
 @dataclass(frozen=True)

@@ -157,15 +157,15 @@ def embedding_pass(
 
 
 def measure(config: Configuration, stage: Stage[PoolingWorkload]) -> Measured:
-    """At each batch size a warm-up, then the repeats, each with its own inputs; then the
-    first server's vector for PROBE."""
+    """At each batch size a warm-up, then this visit's repeats, each with its own inputs;
+    at its last visit, the first server's vector for PROBE."""
     w, kind, count = stage.settings.workload, client_kind(config), len(stage.endpoints)
     runs = []
     for batch in w.batch_sizes:
         if w.warmup_requests(batch):
             warm = w.repeat(0).shares(batch, count, w.warmup_requests(batch))
             embedding_pass(stage, kind, warm, f"{config.name}-b{batch}-warmup")
-        for repeat in range(1, w.repeats + 1):
+        for repeat in stage.visit.repeats:
             load = os.getloadavg()[0]
             mine = w.repeat(repeat).shares(batch, count)
             found = embedding_pass(stage, kind, mine, f"{config.name}-b{batch}-r{repeat}")
@@ -176,8 +176,11 @@ def measure(config: Configuration, stage: Stage[PoolingWorkload]) -> Measured:
                 f"inputs/s, {run.tokens_s:g} tokens/s, p50 {run.p50_ms:g} ms, p99 "
                 f"{run.p99_ms:g} ms (load {load:.2f})"
             )
+    rows = {"runs": [asdict(r) for r in runs]}
+    if not stage.visit.last:  # what it serves and its vector: at its last visit
+        return Measured(rows, {})
     facts = {"start": stage.started, "serves": serves(config, stage.settings.infinity_version)}
-    return Measured({"runs": [asdict(r) for r in runs]}, facts, probe=vector(config))
+    return Measured(rows, facts, probe=vector(config))
 
 
 def vector(config: Configuration) -> tuple[float, ...]:

@@ -33,7 +33,7 @@ from zenvllm.bench.catalogue import (
 )
 from zenvllm.bench.results import Run, Summary
 from zenvllm.bench.roofline import has_batch1, roofline_row
-from zenvllm.bench.tables import batch1_row, verdict_lines, weights_row
+from zenvllm.bench.tables import batch1_row, ratio_cell, verdict_lines, weights_row
 
 # Verdict keys a document written before the peers table lacks.
 PEER_KEYS = ("best_same_weights", "planner_vs_best", "near_best_ratio", "near_best")
@@ -311,8 +311,11 @@ def table_problems(
         if row not in table:
             problems.append(f"table.md lacks the peer row {row!r}")
     for s in summary.values():
-        for text in (f"| {s['config']}", f"{s['output_tok_s']:g}", f"{s['ratio']:.3f}x"):
-            if s["ratio"] is not None and text not in table:
+        if s["ratio"] is None:
+            continue
+        ratio = ratio_cell(Summary(**s))
+        for text in (f"| {s['config']}", f"{s['output_tok_s']:g}", f"| {ratio} |"):
+            if text not in table:
                 problems.append(f"table.md lacks {text!r} for {s['config']}")
     return problems
 

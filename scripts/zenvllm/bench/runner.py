@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from zenvllm.bench import clients, document, gateway, leftovers, report, servers
+from zenvllm.bench import clients, document, gateway, leftovers, order, report, servers
 from zenvllm.bench.catalogue import STOCK
 from zenvllm.bench.kinds import Kind
 from zenvllm.bench.layouts import Configuration
@@ -38,11 +38,12 @@ class Ran:
     facts: dict[str, dict[str, Any]] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
     probes: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    order: dict[str, Any] = field(default_factory=dict)  # meta.order (bench/order.py)
 
     def add(self, name: str, measured: Measured) -> None:
         for key, rows in measured.rows.items():  # a kind's keys beyond its raw ones too
             self.rows.setdefault(key, []).extend(rows)
-        self.facts[name] = measured.facts
+        self.facts.setdefault(name, {}).update(measured.facts)  # each visit's, the last's last
         self.failures += measured.failures
         if measured.probe:
             self.probes[name] = measured.probe
@@ -83,6 +84,7 @@ def measure_into(
         ran = measure_each(kind, configs, settings, raw, run_id, pool)
         meta = {
             **run_meta(settings, run_id, started, load_before, ran.failures),
+            "order": ran.order,
             **kind.meta(settings),
         }
         result = document.assemble(
@@ -107,16 +109,30 @@ def measure_each(
     run_id: str,
     pool: clients.ClientPool,
 ) -> Ran:
-    """Every configuration in turn; one that fails is a failure, the others still run.
-    Then each configuration's answer to the kind's probe against stock's."""
+    """Every configuration in the run's order (bench/order.py: a block of repeats each,
+    or a round per repeat); one that fails is a failure and is not started again, the
+    others still run. Then each configuration's answer to the kind's probe against
+    stock's."""
     ran = Ran({key: [] for key in kind.raw})
-    for index, config in enumerate(configs, 1):
-        tag = f"[{index}/{len(configs)}] {config.name}"
-        try:
-            ran.add(config.name, measure(kind, config, settings, raw, run_id, pool, tag))
-        except (RuntimeError, ValueError, OSError) as err:
-            ran.failures.append(f"{config.name}: {err}")
-            say(f"{tag}: FAILED: {err}")
+    repeats = settings.workload.repeats
+    rounds = order.visits(len(configs), repeats, settings.order, settings.reverse)
+    ran.order = order.recorded([c.name for c in configs], rounds, settings.order)
+    failed: set[str] = set()  # a configuration that fails is not started again
+    for number, visits in enumerate(rounds, 1):
+        for visit in visits:
+            config = configs[visit.index]
+            tag = f"[{visit.index + 1}/{len(configs)}] {config.name}"
+            if len(rounds) > 1:
+                tag += f" (round {number}/{len(rounds)})"
+            if config.name in failed:
+                continue
+            try:
+                measured = measure(kind, config, settings, raw, run_id, pool, tag, visit)
+                ran.add(config.name, measured)
+            except (RuntimeError, ValueError, OSError) as err:
+                failed.add(config.name)
+                ran.failures.append(f"{config.name}: {err}")
+                say(f"{tag}: FAILED: {err}")
     if STOCK in ran.probes:
         for name, probe in ran.probes.items():
             ran.facts[name]["cosine_to_stock"] = round(cosine(probe, ran.probes[STOCK]), 6)
@@ -131,15 +147,18 @@ def measure(
     run_id: str,
     pool: clients.ClientPool,
     tag: str,
+    visit: order.Visit,
 ) -> Measured:
-    """One configuration: its servers started, its endpoints found (the gateway deployed),
-    measured by its kind, its servers stopped (their logs kept) whatever happens."""
+    """One visit of a configuration: its servers started, its endpoints found (the
+    gateway deployed), measured by its kind, its servers stopped (their logs kept)
+    whatever happens."""
     try:
         started = {}
         if config.servers:
             started = servers.start_servers(config, settings, raw, run_id, tag, kind.profiled)
         endpoints = servers.config_endpoints(config, settings, raw, tag)
-        return kind.measure(config, Stage(settings, raw, pool, endpoints, started, tag))
+        stage = Stage(settings, raw, pool, endpoints, started, tag, visit)
+        return kind.measure(config, stage)
     finally:
         servers.stop(config.name, config.servers, raw)
         if config.kind == "gateway" and settings.gateway_deploy:

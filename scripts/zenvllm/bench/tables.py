@@ -55,13 +55,21 @@ def detail_table(
     for s in summaries:
         config = by_name[s.config]
         name = s.config + (f" (= {', '.join(config.same_as)})" if config.same_as else "")
-        ratio = f"{s.ratio:.3f}x" if s.ratio is not None else "n/a"
         lines.append(
             f"| {name} | {s.shape} | {s.output_tok_s:g} | {s.output_min:g}-{s.output_max:g} "
             f"| {s.total_tok_s:g} | {s.ttft_ms:g} | {s.tpot_ms:g} | {s.memory_mib or 'n/a'} "
-            f"| {ratio} |" + (f" {scored.cell(judged.get(s.config))} |" if quality else "")
+            f"| {ratio_cell(s)} |" + (f" {scored.cell(judged.get(s.config))} |" if quality else "")
         )
     return "\n".join(lines)
+
+
+def ratio_cell(s: Summary) -> str:
+    """The ratio to stock, with its repeats' spread where the run paired them."""
+    if s.ratio is None:
+        return "n/a"
+    if s.ratio_min is None or s.ratio_max is None:
+        return f"{s.ratio:.3f}x"
+    return f"{s.ratio:.3f}x ({s.ratio_min:.3f}-{s.ratio_max:.3f})"
 
 
 def generation_markdown(result: dict[str, Any]) -> str:
