@@ -30,7 +30,9 @@ if IN_CI:
 # side each module takes longer (the routed fleet 17.8 minutes alone): the machine idles
 # about half the time under one module's Ansible runs and health polls, not more. The
 # modules that boot machines each have a network of their own (support/nspawn.NETWORKS),
-# so any two run side by side.
+# so any two run side by side. On a fresh 2-core Zen 5 (2026-11-29, 40.5 minutes) the
+# first worker was busy 39.0 minutes, the second 40.4; the pipeline's SIGKILL phase then
+# left the first (about 2 minutes), and the tensor-parallel module moved to it.
 #
 # serve (2026-11-26, the same VM, warm): the machine idled 45% of the tier run serially
 # (vmstat; vLLM's start-up is mostly one thread). Its servers have names and ports of
@@ -50,7 +52,7 @@ WORKERS = {
         "test_openstack_inventory": FIRST,
         "test_quick_start": FIRST,
         "test_e2e": SECOND,
-        "test_tensor_parallel": SECOND,
+        "test_tensor_parallel": FIRST,
         "test_nspawn": SECOND,
         "test_tutorial": SECOND,
     },
