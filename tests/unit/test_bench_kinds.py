@@ -27,6 +27,7 @@ from zenvllm.bench import (
     kinds,
     layouts,
     leftovers,
+    order,
     runner,
     servers,
     workloads,
@@ -281,7 +282,7 @@ def test_in_rounds_each_repeat_is_a_round_the_order_reversed_each_round(engine, 
     settings = Settings(
         model_dir=tmp_path, model_name="tiny", images={"vllm-openai": "v"},
         workload=replace(workloads.QUICK, repeats=3), max_model_len=512,
-        out_dir=tmp_path / "gen", plots=True, order="rounds", reverse=reverse,
+        out_dir=tmp_path / "gen", plots=True, order=order.Order(order.ROUNDS, reverse),
     )  # fmt: skip
     FakePool.fast = "auto"  # half the duration: twice stock's tokens/s in every round
     result, status = runner.run_bench(kinds.GENERATION_KIND, configs, settings)

@@ -23,23 +23,23 @@ def names_of(rounds: list[list[order.Visit]], names: list[str]) -> list[list[str
 
 
 def test_blocks_measure_every_repeat_at_one_start_in_the_given_or_reversed_order():
-    (only,) = order.visits(3, 2, order.BLOCKS, reverse=False)
+    (only,) = order.visits(3, 2, order.Order())
     assert [(v.index, v.repeats, v.last) for v in only] == [
         (0, (1, 2), True),
         (1, (1, 2), True),
         (2, (1, 2), True),
     ]
-    (backwards,) = order.visits(3, 2, order.BLOCKS, reverse=True)
+    (backwards,) = order.visits(3, 2, order.Order(reverse=True))
     assert [v.index for v in backwards] == [2, 1, 0]
 
 
 def test_rounds_reverse_the_order_each_round_and_the_last_is_each_ones_last_visit():
     names = ["stock", "auto", "single"]
-    rounds = order.visits(3, 4, order.ROUNDS, reverse=False)
+    rounds = order.visits(3, 4, order.Order(order.ROUNDS))
     assert names_of(rounds, names) == [names, names[::-1], names, names[::-1]]
     assert [v.repeats for v in rounds[2]] == [(3,)] * 3
     assert [v.last for r in rounds for v in r] == [False] * 9 + [True] * 3
-    backwards = order.visits(3, 4, order.ROUNDS, reverse=True)
+    backwards = order.visits(3, 4, order.Order(order.ROUNDS, reverse=True))
     assert names_of(backwards, names)[0] == names[::-1]
     assert order.recorded(names, rounds, order.ROUNDS) == {
         "mode": "rounds",
@@ -62,12 +62,15 @@ def test_the_ratios_spread_pairs_each_repeat_with_stocks_of_the_same_number():
     # The machine slows by a quarter over the run: each ratio is 2 in its round, while
     # the medians' ratio, and a spread of unpaired extremes, would not say so.
     measured = runs("stock", [100, 90, 75]) + runs("auto", [200, 180, 150])
-    auto = {s.config: s for s in results.summarize(measured, configs, paired=True)}["auto"]
+    paired = order.with_spread(results.summarize(measured, configs), measured)
+    auto = {s.config: s for s in paired}["auto"]
     assert (auto.ratio, auto.ratio_min, auto.ratio_max) == (2.0, 2.0, 2.0)
     unpaired = {s.config: s for s in results.summarize(measured, configs)}["auto"]
     assert unpaired.ratio_min is None  # a document written before runs recorded an order
     noisy = runs("stock", [100, 100, 100]) + runs("auto", [190, 200, 215])
-    auto = {s.config: s for s in results.summarize(noisy, configs, paired=True)}["auto"]
+    auto = {s.config: s for s in order.with_spread(results.summarize(noisy, configs), noisy)}[
+        "auto"
+    ]
     assert (auto.ratio, auto.ratio_min, auto.ratio_max) == (2.0, 1.9, 2.15)
 
 

@@ -89,7 +89,6 @@ def run(args: argparse.Namespace) -> int:
         serve_env=dict(request.serve_env),
         restart=request.restart,
         order=request.order,
-        reverse=request.reverse,
         quality=request.quality,
         stock_dtype=ready.dtypes[0],
         plan_dtype=ready.dtypes[1],

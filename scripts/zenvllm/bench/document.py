@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from zenvllm.bench import predicted, roofline, scored
+from zenvllm.bench import order, predicted, roofline, scored
 from zenvllm.bench.catalogue import (
     ACCEPTANCE_RATIO,
     INFINITY,
@@ -84,7 +84,9 @@ def derived(
     planner's batch-1 share too; none beyond its quality bound the best), the peers,
     other weights, the roofline, the quality rows and the performance model's predictions
     beside the measured figures (bench/predicted.py)."""
-    summaries = summarize(runs, configs, batch1, paired="order" in meta)
+    summaries = summarize(runs, configs, batch1)
+    if "order" in meta:  # recorded since runs pair each repeat with stock's by round
+        summaries = order.with_spread(summaries, runs)
     rows = roofline.roofline(summaries, configs, meta)
     judged = scored.judged_rows(list(quality_runs))
     planner = next((r["within"] for r in judged if r["config"] == PLANNER), None)

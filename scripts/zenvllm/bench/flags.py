@@ -48,8 +48,7 @@ class BenchRequest:
     concurrency: int | None
     warmup_prompts: int | None
     batch1_prompts: int | None
-    order: str  # bench/order.py: blocks, or rounds (a repeat of every configuration each)
-    reverse: bool  # the first round from the last configuration
+    order: order.Order  # --order and --reverse (bench/order.py)
     compile: bool  # never fall back to --enforce-eager
     compile_cache: Path | None
     restart: bool  # not --no-restart
@@ -248,8 +247,7 @@ def request_of(values: Mapping[str, Any]) -> BenchRequest:
         concurrency=args.concurrency,
         warmup_prompts=args.warmup_prompts,
         batch1_prompts=args.batch1_prompts,
-        order=args.order,
-        reverse=args.reverse,
+        order=order.Order(args.order, args.reverse),
         compile=args.compile,
         compile_cache=args.compile_cache,
         restart=not args.no_restart,

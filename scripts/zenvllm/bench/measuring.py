@@ -18,7 +18,7 @@ from zenvllm.bench import catalogue
 from zenvllm.bench.clients import ClientPool
 from zenvllm.bench.gateway import Deployment
 from zenvllm.bench.layouts import Configuration
-from zenvllm.bench.order import BLOCKS, Visit
+from zenvllm.bench.order import Order, Visit
 from zenvllm.bench.roofline import Bandwidth
 from zenvllm.bench.workloads import AnyWorkload
 from zenvllm.core.host import Host
@@ -78,8 +78,7 @@ class Settings(Generic[AnyWorkload]):
     stock_dtype: str = catalogue.STOCK_DTYPE
     plan_dtype: str = "bfloat16"
     restart: bool = True  # restart the planner's layout once: its warm time to ready
-    order: str = BLOCKS  # or ROUNDS: a round per repeat (bench/order.py)
-    reverse: bool = False  # the first round from the last configuration
+    order: Order = field(default_factory=Order)  # blocks, or rounds (bench/order.py)
     quality: bool = True  # score each configuration against the float32 reference
     formats: dict[str, str] = field(default_factory=dict)  # Prepared.formats
     performance: dict[str, Any] = field(default_factory=dict)  # Prepared.performance

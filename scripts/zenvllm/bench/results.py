@@ -221,20 +221,14 @@ class Summary:
     batch1_ttft_ms: float | None = None
     batch1_tpot_ms: float | None = None
     batch1_output_tok_s: float | None = None
-    # The ratio's spread: min and max over the repeats, each over stock's repeat of the
-    # same number (in a run in rounds, the same round: bench/order.py). None: a
-    # document written before runs recorded their order.
+    # The ratio's spread over the repeats (bench/order.py; None: before runs recorded it).
     ratio_min: float | None = None
     ratio_max: float | None = None
 
 
 def summarize(
-    runs: list[Run],
-    configs: list[Configuration],
-    batch1: list[Run] | tuple[Run, ...] = (),
-    paired: bool = False,
+    runs: list[Run], configs: list[Configuration], batch1: list[Run] | tuple[Run, ...] = ()
 ) -> list[Summary]:
-    """A row per configuration that ran; `paired`: the ratio's spread too."""
     summaries = []
     for config in configs:
         mine = [r for r in runs if r.config == config.name]
@@ -269,21 +263,7 @@ def summarize(
     stock = next((s for s in summaries if s.config == STOCK), None)
     if stock is None or stock.output_tok_s <= 0:
         return summaries
-    summaries = [replace(s, ratio=round(s.output_tok_s / stock.output_tok_s, 3)) for s in summaries]
-    return [with_spread(s, runs) for s in summaries] if paired else summaries
-
-
-def with_spread(summary: Summary, runs: list[Run]) -> Summary:
-    """The summary with the range of its repeats' ratios to stock's of the same number."""
-    stock = {r.repeat: r.output_tok_s for r in runs if r.config == STOCK and r.output_tok_s > 0}
-    ratios = [
-        r.output_tok_s / stock[r.repeat]
-        for r in runs
-        if r.config == summary.config and r.repeat in stock
-    ]
-    if not ratios:
-        return summary
-    return replace(summary, ratio_min=round(min(ratios), 3), ratio_max=round(max(ratios), 3))
+    return [replace(s, ratio=round(s.output_tok_s / stock.output_tok_s, 3)) for s in summaries]
 
 
 def median(values: Iterable[float], places: int) -> float | None:

@@ -115,8 +115,8 @@ def measure_each(
     stock's."""
     ran = Ran({key: [] for key in kind.raw})
     repeats = settings.workload.repeats
-    rounds = order.visits(len(configs), repeats, settings.order, settings.reverse)
-    ran.order = order.recorded([c.name for c in configs], rounds, settings.order)
+    rounds = order.visits(len(configs), repeats, settings.order)
+    ran.order = order.recorded([c.name for c in configs], rounds, settings.order.mode)
     failed: set[str] = set()  # a configuration that fails is not started again
     for number, visits in enumerate(rounds, 1):
         for visit in visits:
