@@ -282,7 +282,7 @@ def test_in_rounds_each_repeat_is_a_round_the_order_reversed_each_round(engine, 
     settings = Settings(
         model_dir=tmp_path, model_name="tiny", images={"vllm-openai": "v"},
         workload=replace(workloads.QUICK, repeats=3), max_model_len=512,
-        out_dir=tmp_path / "gen", plots=True, order=order.Order(order.ROUNDS, reverse),
+        out_dir=tmp_path / "gen", plots=True, ordering=order.Order(order.ROUNDS, reverse),
     )  # fmt: skip
     FakePool.fast = "auto"  # half the duration: twice stock's tokens/s in every round
     result, status = runner.run_bench(kinds.GENERATION_KIND, configs, settings)
@@ -291,7 +291,7 @@ def test_in_rounds_each_repeat_is_a_round_the_order_reversed_each_round(engine, 
     assert result["meta"]["order"] == {"mode": "rounds", "rounds": [first, second, first]}
     stems = [opt(p, "--result-filename").rsplit("-client", 1)[0] for p in FakePool.passes]
     measured = [s for s in stems if "-r" in s]
-    expected = [f"{n}-r{r}" for r, order in enumerate((first, second, first), 1) for n in order]
+    expected = [f"{n}-r{r}" for r, given in enumerate((first, second, first), 1) for n in given]
     assert measured == expected
     for name in names:  # batch 1 after its last repeat, once
         assert stems.count(f"{name}-batch1") == 1

@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         compile_cache_dir=compile_cache,
         serve_env=dict(request.serve_env),
         restart=request.restart,
-        order=request.order,
+        ordering=request.ordering,
         quality=request.quality,
         stock_dtype=ready.dtypes[0],
         plan_dtype=ready.dtypes[1],

@@ -48,7 +48,7 @@ class BenchRequest:
     concurrency: int | None
     warmup_prompts: int | None
     batch1_prompts: int | None
-    order: order.Order  # --order and --reverse (bench/order.py)
+    ordering: order.Order  # --order and --reverse (bench/order.py)
     compile: bool  # never fall back to --enforce-eager
     compile_cache: Path | None
     restart: bool  # not --no-restart
@@ -247,7 +247,7 @@ def request_of(values: Mapping[str, Any]) -> BenchRequest:
         concurrency=args.concurrency,
         warmup_prompts=args.warmup_prompts,
         batch1_prompts=args.batch1_prompts,
-        order=order.Order(args.order, args.reverse),
+        ordering=order.Order(args.order, args.reverse),
         compile=args.compile,
         compile_cache=args.compile_cache,
         restart=not args.no_restart,

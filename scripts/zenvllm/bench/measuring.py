@@ -78,7 +78,7 @@ class Settings(Generic[AnyWorkload]):
     stock_dtype: str = catalogue.STOCK_DTYPE
     plan_dtype: str = "bfloat16"
     restart: bool = True  # restart the planner's layout once: its warm time to ready
-    order: Order = field(default_factory=Order)  # blocks, or rounds (bench/order.py)
+    ordering: Order = field(default_factory=Order)  # blocks, or rounds (bench/order.py)
     quality: bool = True  # score each configuration against the float32 reference
     formats: dict[str, str] = field(default_factory=dict)  # Prepared.formats
     performance: dict[str, Any] = field(default_factory=dict)  # Prepared.performance

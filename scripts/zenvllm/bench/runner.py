@@ -38,7 +38,7 @@ class Ran:
     facts: dict[str, dict[str, Any]] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
     probes: dict[str, tuple[float, ...]] = field(default_factory=dict)
-    order: dict[str, Any] = field(default_factory=dict)  # meta.order (bench/order.py)
+    ordering: dict[str, Any] = field(default_factory=dict)  # meta.order (bench/order.py)
 
     def add(self, name: str, measured: Measured) -> None:
         for key, rows in measured.rows.items():  # a kind's keys beyond its raw ones too
@@ -84,7 +84,7 @@ def measure_into(
         ran = measure_each(kind, configs, settings, raw, run_id, pool)
         meta = {
             **run_meta(settings, run_id, started, load_before, ran.failures),
-            "order": ran.order,
+            "order": ran.ordering,
             **kind.meta(settings),
         }
         result = document.assemble(
@@ -115,8 +115,8 @@ def measure_each(
     stock's."""
     ran = Ran({key: [] for key in kind.raw})
     repeats = settings.workload.repeats
-    rounds = order.visits(len(configs), repeats, settings.order)
-    ran.order = order.recorded([c.name for c in configs], rounds, settings.order.mode)
+    rounds = order.visits(len(configs), repeats, settings.ordering)
+    ran.ordering = order.recorded([c.name for c in configs], rounds, settings.ordering.mode)
     failed: set[str] = set()  # a configuration that fails is not started again
     for number, visits in enumerate(rounds, 1):
         for visit in visits:
