@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 from test_bench_kinds import HOST, TINY
+from test_bench_predicted import written
 
-from zenvllm.bench import agreement, check, kinds, layouts, order, report, results, roofline
+from zenvllm.bench import agreement, check, kinds, layouts, order, results, roofline
 from zenvllm.bench.results import Run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -134,10 +135,7 @@ def test_check_agrees_with_names_the_other_run_and_fails_a_run_outside_its_sprea
                     (r["input_tokens"] + r["output_tokens"]) / r["window_s"], 2
                 )
                 r["request_s"] = round(r["completed"] / r["window_s"], 3)
-        mine.update(kinds.of_document(mine).derive(mine))
-        out.mkdir()
-        report.write_outputs(mine, out, plots=True)
-        assert check.check_outputs(out) == [], out
+        assert check.check_outputs(written(mine, out)) == [], out
     assert check.main([str(first), "--agrees-with", str(first)]) == 0
     assert "the runs agree" in capsys.readouterr().out
     assert check.main([str(first), "--agrees-with", str(second)]) == 1

@@ -1,6 +1,6 @@
 """Do two runs of the same configurations agree, pure: each configuration's ratio to
 stock in one run lies within the spread the other reports (the range of its repeats'
-ratios, each over stock's repeat of the same round: bench/results.py), both ways. Two
+ratios, each over stock's repeat of the same round: bench/order.py), both ways. Two
 runs in opposite orders (`--reverse`) that agree show the order did not make the
 ratios; `python -m zenvllm.bench.check RUN --agrees-with OTHER` asks it.
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from zenvllm.bench import kinds
 from zenvllm.bench.catalogue import STOCK
 from zenvllm.bench.document import GENERATION
 
@@ -22,9 +23,9 @@ def by_config(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def comparable(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     """Why the two runs do not measure the same configurations the same way ([]: they do)."""
-    kinds = {r["meta"].get("kind", GENERATION) for r in (a, b)}
-    if kinds != {GENERATION}:
-        return [f"agreement compares runs of a generating model; these are {sorted(kinds)}"]
+    named = {kinds.of_document(r).name for r in (a, b)}
+    if named != {GENERATION}:
+        return [f"agreement compares runs of a generating model; these are {sorted(named)}"]
     found = []
     names = (sorted(by_config(a)), sorted(by_config(b)))
     if names[0] != names[1]:

@@ -43,7 +43,7 @@ class Ran:
     def add(self, name: str, measured: Measured) -> None:
         for key, rows in measured.rows.items():  # a kind's keys beyond its raw ones too
             self.rows.setdefault(key, []).extend(rows)
-        self.facts.setdefault(name, {}).update(measured.facts)  # each visit's, the last's last
+        self.facts.setdefault(name, {}).update(measured.facts)  # its last visit gives them
         self.failures += measured.failures
         if measured.probe:
             self.probes[name] = measured.probe
@@ -121,11 +121,11 @@ def measure_each(
     for number, visits in enumerate(rounds, 1):
         for visit in visits:
             config = configs[visit.index]
+            if config.name in failed:
+                continue
             tag = f"[{visit.index + 1}/{len(configs)}] {config.name}"
             if len(rounds) > 1:
                 tag += f" (round {number}/{len(rounds)})"
-            if config.name in failed:
-                continue
             try:
                 measured = measure(kind, config, settings, raw, run_id, pool, tag, visit)
                 ran.add(config.name, measured)
