@@ -28,11 +28,14 @@ TIERS   := fast=2 image=11 serve=10 ansible=31 bench=14 reliability=7
 # CPU: it adds about 3 minutes there, 6 built on its own (measured, docs/development.md).
 # From the end of the fast tier, beside the image tier (one worker of it idles, and a
 # build both ask for is one), the trained model the serve tier's quality test serves:
-# 5 minutes on one core where it is not cached yet.
-BACKGROUND := prebuild-trained:fast:serve prebuild-hosts:image:ansible prebuild-peer:serve:bench
+# 5 minutes on one core where it is not cached yet. From the start ("-"), beside the
+# fast tier, which needs none of it: the engine, the image tier's Debian packages and
+# its base image (apt and debootstrap, mostly downloads: a minute or more of the image
+# tier on a fresh machine).
+BACKGROUND := prebuild-base:-:image prebuild-trained:fast:serve prebuild-hosts:image:ansible prebuild-peer:serve:bench
 
 .PHONY: help venv venv-deploy planner package collection reference lint unit test test-fast fuzz engine base-image tiny-model trained-model image deploy undeploy \
-        model-given bench bench-embed peer-image bench-images test-image test-serve test-ansible ansible-tools test-prebuild-hosts test-prebuild-trained test-prebuild-peer test-bench \
+        model-given bench bench-embed peer-image bench-images test-image test-serve test-ansible ansible-tools test-prebuild-base test-prebuild-hosts test-prebuild-trained test-prebuild-peer test-bench \
         test-reliability clean
 
 help:
@@ -261,7 +264,13 @@ bench-images: venv engine base-image
 	$(BIN)/python scripts/bench_images.py --out out/images
 	mkdir -p docs/images && cp out/images/figures.json out/images/figures.md docs/images/
 
-# What the ansible and bench tiers need, made beside the tiers before them.
+# What the image, ansible and bench tiers need, made beside the tiers before them.
+# The base image with the system's Python (the package's core and runtime are the
+# standard library's only), as the fast tier makes the venv beside it.
+test-prebuild-base: engine
+	@scripts/apt_install.sh debootstrap podman
+	PYTHONPATH=scripts $(PYTHON) -m zenvllm.image.baseimage
+
 test-prebuild-hosts: venv engine ansible-tools
 	PYTHONPATH=tests $(BIN)/python tests/support/prebuild.py hosts $(CURDIR)/.cache/prebuild-hosts.log
 

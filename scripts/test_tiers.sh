@@ -6,7 +6,8 @@
 # Each argument is TIER or TIER=MINUTES, its share of the time budget: a tier over its
 # share is named at the end (not a failure: CI's own limit is the guard that fails).
 # BACKGROUND="JOB:AFTER:BEFORE ..." runs each `make test-JOB` beside the tiers from the
-# end of tier AFTER, its output in .cache/background-JOB.log; tier BEFORE waits for it.
+# end of tier AFTER ("-": from the start), its output in .cache/background-JOB.log; tier
+# BEFORE waits for it.
 # A job prepares what a later tier would make anyway, so its failure fails nothing:
 # that tier makes it again and says why.
 set -uo pipefail
@@ -78,6 +79,9 @@ wait_for_jobs() {
 
 trap 'echo; echo "make test: interrupted"; kill "${bg_pid[@]}" 2>/dev/null; summary; exit 130' INT TERM
 
+for job in "${bg_jobs[@]}"; do
+    [[ ${bg_after[$job]} == - ]] && start_background "$job"
+done
 for tier in "${tiers[@]}"; do
     wait_for_jobs "$tier"
     echo "==> tier $tier: started $(date -u +%H:%M:%S)"

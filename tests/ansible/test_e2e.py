@@ -34,8 +34,9 @@ from support.ansible_run import (
     planner_zipapp,
     playbook,
     start_playbook,
+    task_runs,
 )
-from support.load import STEADY, BackgroundLoad
+from support.load import STEADY, BackgroundLoad, HealthWatch
 from support.nspawn import NETWORKS
 from support.tiny_model import ensure_tiny_model
 
@@ -701,10 +702,36 @@ def model_mounted(name: str) -> str:
     return mount["Source"]
 
 
+def rolled_out_one_at_a_time(output: str, watch: HealthWatch) -> None:
+    """Each instance restarted once, the second only after the first answered /health
+    again, never both down; each taken out of the gateway's rotation, drained, replaced
+    and put back, in that order (its server line edited twice, the drain run going out,
+    skipped coming back)."""
+    spans = {port: watch.down_spans(port) for port in PORTS}
+    seconds = {port: [round(b - a, 1) for a, b in s] for port, s in spans.items()}
+    print(f"\nseconds down per port in the rollout: {seconds}")
+    assert watch.all_down() == 0, spans
+    assert all(len(s) == 1 for s in spans.values()), spans
+    (a0, a1), (b0, b1) = spans[PORTS[0]][0], spans[PORTS[1]][0]
+    assert a1 <= b0 or b1 <= a0, spans
+    replace = [output.index(f"Replace the container of {name}") for name in NAMES]
+    assert replace[0] < output.index(f"Wait for /health of {NAMES[0]}", replace[0]) < replace[1]
+    for name, port in zip(NAMES, PORTS, strict=True):
+        edits = task_runs(output, f"Mark the server in or out of rotation (down), 127.0.0.1:{port}")
+        assert [text.count("1 replacements made") for _, text in edits] == [1, 1], edits
+        drains = task_runs(output, f"Wait for the requests in flight to finish on {name}")
+        assert ["ok: [" in text and "skipping" not in text for _, text in drains] == [1, 0]
+        replaced = output.index(f"Replace the container of {name}")
+        assert edits[0][0] < drains[0][0] < replaced < edits[1][0]
+    assert " down;" not in SITE.read_text(), "an instance was left out of rotation"
+
+
 def test_a_new_model_version_then_a_bad_image_and_a_rollback_fail_no_request(deployment):
-    """Under load through the gateway, as operations.md's "Upgrade, and roll back" says:
-    a new version of the model (another directory, zenvllm_model_dir) rolls out instance
-    by instance; then an upgrade to an image that does not start stops at the first
+    """Under load through the gateway (short completions, and long streams under way
+    when an instance is replaced), as operations.md's "Upgrade, and roll back" says: a
+    new version of the model (another directory, zenvllm_model_dir) rolls out instance
+    by instance, each taken out of rotation, drained, replaced, health-gated and put
+    back, never both down; then an upgrade to an image that does not start stops at the first
     instance (out of rotation, its /health never answers within the timeout), the other
     serves every request, and the attempt stays on record, pending;
     `-e zenvllm_rollback=true` rolls the last deployed revision (the new model's) out
@@ -729,20 +756,18 @@ def test_a_new_model_version_then_a_bad_image_and_a_rollback_fail_no_request(dep
     engine.docker("commit", "--change", 'ENTRYPOINT ["/bin/false"]', made, BROKEN)
     engine.docker("rm", made)
     key, cafile = gateway.key(DEPLOYMENT), str(gateway.ca(DEPLOYMENT))
-    load = BackgroundLoad(
-        URL,
-        "tiny-v2",
-        requests=100_000,
-        max_tokens=4,
-        **STEADY,
-        headers={"Authorization": f"Bearer {key}"},
-        cafile=cafile,
+    client = {"requests": 100_000, **STEADY, "headers": {"Authorization": f"Bearer {key}"}}
+    load = BackgroundLoad(URL, "tiny-v2", max_tokens=4, cafile=cafile, **client).start()
+    streams = BackgroundLoad(
+        URL, "tiny-v2", max_tokens=192, stream=True, cafile=cafile, **client
     ).start()
     try:
         load.wait_for(5)
-        newer = playbook(extra_vars=serving)
+        with HealthWatch(PORTS) as watch:
+            newer = playbook("-v", extra_vars=serving)
         assert newer.rc == 0 and newer.failed() == 0, newer.failures()
         assert {model_mounted(name) for name in NAMES} == {str(version)}
+        rolled_out_one_at_a_time(newer.output, watch)
         upgrade = {
             **serving,
             "zenvllm_image": BROKEN,
@@ -762,10 +787,15 @@ def test_a_new_model_version_then_a_bad_image_and_a_rollback_fail_no_request(dep
         load.wait_for(sent + 5)  # and it serves after the rollback too
     finally:
         load.stop()
-        result = load.join()
+        streams.stop()
+        result, streamed = load.join(), streams.join()
         engine.docker("rmi", BROKEN, check=False)
-    print(f"load through the model's upgrade, the bad image and the rollback: {result.summary()}")
+    print(
+        f"load through the model's upgrade, the bad image and the rollback: "
+        f"{result.summary()}; streams: {streamed.summary()}"
+    )
     assert result.failed == 0, result.summary()
+    assert streamed.sent >= 4 and streamed.failed == 0, streamed.summary()
     assert {name: inspect(name)["Image"] for name in NAMES} == good
     assert {model_mounted(name) for name in NAMES} == {str(version)}
     assert completion("tiny-v2")["usage"]["completion_tokens"] == 8

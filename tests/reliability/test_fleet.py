@@ -1,5 +1,6 @@
 """One real deployment (deploy.yml: two tiny-model instances plus the nginx gateway)
-shared by the least-privilege, fault and rollout tests, in that order.
+shared by the least-privilege and fault tests, in that order. A rollout under load is
+the ansible tier's (test_e2e's new model version, on its deployment of the same shape).
 
 The load is real and bounded: completions through the gateway from
 tests/support/load.py, loopback only. Every count is printed (`pytest -s`
@@ -10,13 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import ssl
 import stat
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -39,18 +38,6 @@ pytestmark = pytest.mark.reliability
 SHIPPED_PROFILE = REPO / "ansible" / "roles" / "zenvllm_instances" / "files" / "seccomp-numa.json"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 MODEL = "tiny"
-
-
-def stopped(port: int) -> bool:
-    """Down for the gateway: refused, reset or an error status. A slow answer is not down."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as reply:
-            return reply.status != 200
-    except (TimeoutError, urllib.error.URLError) as err:
-        reason = getattr(err, "reason", err)
-        return not isinstance(reason, TimeoutError)
-    except OSError:
-        return True
 
 
 def inspect(name: str) -> dict:
@@ -250,7 +237,7 @@ def test_gateway_requires_the_api_key(deployed):
     assert post(fleet.gateway, AUTH, fleet.ca) == 200
 
 
-# -- faults and rollouts under load ----------------------------------------------------
+# -- a fault under load ----------------------------------------------------------------
 def test_instance_crash_under_load_fails_only_the_replies_it_was_writing(deployed):
     fleet, _ = deployed
     victim, port = fleet.names()[0], fleet.ports()[0]
@@ -297,141 +284,3 @@ def test_instance_crash_under_load_fails_only_the_replies_it_was_writing(deploye
           f"{gained} of them served by {victim}")  # fmt: skip
     assert again.failed == 0
     assert gained > 0  # back in the gateway's pool
-
-
-class Background:
-    """A daemon thread running `_run` for the length of a `with` block; `_run` checks
-    `self.stop`. On exit it waits up to `join_s` for the thread to finish."""
-
-    join_s = 10.0
-
-    def __init__(self) -> None:
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        raise NotImplementedError
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        self.thread.join(self.join_s)
-
-
-class SteadyLoad(Background):
-    """Batches of completions until stopped (at most `limit` batches), to outlast a rollout."""
-
-    join_s = 600.0  # the batch in flight finishes
-
-    def __init__(
-        self, url: str, cafile: str, batch: int = 40, limit: int = 2000, **load: object
-    ) -> None:
-        super().__init__()
-        self.url, self.cafile, self.batch, self.limit = url, cafile, batch, limit
-        self.load = {"concurrency": 8, **load}  # run_load's own options
-        self.total = LoadResult()
-
-    def _run(self) -> None:
-        for _ in range(self.limit):
-            if self.stop.is_set():
-                break
-            self.total.add(
-                run_load(self.url, MODEL, self.batch, headers=AUTH, cafile=self.cafile, **self.load)
-            )
-
-
-class HealthWatch(Background):
-    """Polls each instance's /health every 0.25 s; records when each was down."""
-
-    def __init__(self, ports: list[int]) -> None:
-        super().__init__()
-        self.ports = ports
-        self.samples: list[tuple[float, dict[int, bool]]] = []
-
-    def _run(self) -> None:
-        while not self.stop.is_set():
-            self.samples.append((time.monotonic(), {p: not stopped(p) for p in self.ports}))
-            time.sleep(0.25)
-
-    def down_spans(self, port: int) -> list[tuple[float, float]]:
-        spans, start = [], None
-        for t, up in self.samples:
-            if not up[port] and start is None:
-                start = t
-            elif up[port] and start is not None:
-                spans.append((start, t))
-                start = None
-        if start is not None:
-            spans.append((start, self.samples[-1][0]))
-        return spans
-
-
-def test_rolling_update_under_load_fails_no_request(deployed):
-    fleet, outputs = deployed
-    # A new tag of the same image: the containers' configuration changes, so
-    # deploy.yml replaces them, one at a time, each health-gated.
-    tag = IMAGE.rsplit(":", 1)[0] + ":0.32.0-rollout"
-    docker("tag", IMAGE, tag)
-    ports = fleet.ports()
-    try:
-        # Short completions, and long streams whose replies are under way when an
-        # instance is replaced: only a drained instance lets them finish.
-        streams = SteadyLoad(
-            fleet.gateway, fleet.ca, batch=4, concurrency=2, max_tokens=192, stream=True
-        )
-        with HealthWatch(ports) as watch, SteadyLoad(fleet.gateway, fleet.ca) as load, streams:
-            time.sleep(2)
-            done = fleet.playbook("-v", zenvllm_image=tag)
-            covered = load.thread.is_alive() and streams.thread.is_alive()
-        outputs.append(done.output)
-        assert done.rc == 0, done.output[-6000:]
-    finally:
-        docker("rmi", tag, check=False)  # the tag only; the image stays
-    result = load.total
-    spans = {p: watch.down_spans(p) for p in ports}
-    both_down = sum(
-        1 for _, up in watch.samples if not any(up.values())
-    )  # samples when no instance answered
-    downs = {p: [round(b - a, 1) for a, b in s] for p, s in spans.items()}
-    print(f"\nrolling update under load: {result.summary()}; streams: {streams.total.summary()}; "
-          f"seconds down per port {downs}; samples with both down: {both_down} of "
-          f"{len(watch.samples)}")  # fmt: skip
-    assert covered, "the load ended before the rollout did"
-    assert result.sent >= 40 and result.failed == 0, result.summary()
-    assert streams.total.sent >= 4 and streams.total.failed == 0, streams.total.summary()
-    assert both_down == 0
-    # Each instance restarted once, the second only after the first was healthy again.
-    assert all(len(s) == 1 for s in spans.values()), spans
-    (a0, a1), (b0, b1) = spans[ports[0]][0], spans[ports[1]][0]
-    assert a1 <= b0 or b1 <= a0, spans
-    for name in fleet.containers():
-        assert inspect(name)["Config"]["Image"] == tag
-    out = done.output
-    first, second = fleet.names()
-    replace = [out.index(f"Replace the container of {n}") for n in (first, second)]
-    waited = out.index(f"Wait for /health of {first}", replace[0])
-    assert replace[0] < waited < replace[1]  # health-gated before the next one
-    # Each was taken out of the gateway's rotation, drained, replaced and put back, in
-    # that order: the site's server line edited twice, the wait run, not skipped.
-    for name, port in zip((first, second), ports, strict=True):
-        edits = task_runs(out, f"Mark the server in or out of rotation (down), 127.0.0.1:{port}")
-        assert [text.count("1 replacements made") for _, text in edits] == [1, 1], edits
-        # Run when it goes out (retried while requests were in flight); skipped when it
-        # comes back in.
-        waits = task_runs(out, f"Wait for the requests in flight to finish on {name}")
-        assert ["ok: [" in text and "skipping" not in text for _, text in waits] == [1, 0]
-        waited = waits[0][0]
-        replaced = out.index(f"Replace the container of {name}")
-        assert edits[0][0] < waited < replaced < edits[1][0]
-    assert " down;" not in fleet.site.read_text(), "an instance was left out of rotation"
-
-
-def task_runs(out: str, task: str) -> list[tuple[int, str]]:
-    """Where each run of the task whose banner names `task` starts in ansible-playbook's
-    output, and what it printed under its banner."""
-    # The banner, "TASK [role : <task>] ***"; a retry's line names the task too.
-    starts = [m.start() for m in re.finditer(re.escape(task) + r"\]", out)]
-    return [(at, out[at:].split("]", 1)[1].split("TASK [", 1)[0]) for at in starts]

@@ -187,6 +187,14 @@ def start_playbook(
     )
 
 
+def task_runs(output: str, task: str) -> list[tuple[int, str]]:
+    """Where each run of the task whose banner names `task` starts in ansible-playbook's
+    output, and what it printed under its banner."""
+    # The banner, "TASK [role : <task>] ***"; a retry's line names the task too.
+    starts = [m.start() for m in re.finditer(re.escape(task) + r"\]", output)]
+    return [(at, output[at:].split("]", 1)[1].split("TASK [", 1)[0]) for at in starts]
+
+
 def changed_tasks(output: str) -> list[str]:
     """Names of the tasks that reported a change (for readable failures)."""
     tasks, current = [], None

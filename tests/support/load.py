@@ -1,7 +1,8 @@
 """A bounded load client: N completions at concurrency C, then it stops by itself.
 
-Used by the reliability tier to prove that a fault or a rollout under load
-fails no request. Standard library only; loopback traffic only.
+Used by the reliability and ansible tiers to prove that a fault or a rollout under
+load fails no request, with a watch on each instance's /health beside it. Standard
+library only; loopback traffic only.
 """
 
 from __future__ import annotations
@@ -209,3 +210,55 @@ class BackgroundLoad:
         if self._result is None:
             raise TimeoutError(f"load did not finish in {timeout} s: {self.progress.summary()}")
         return self._result
+
+
+def down(port: int) -> bool:
+    """Down for the gateway: refused, reset or an error status. A slow answer is not down."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as reply:
+            return reply.status != 200
+    except (TimeoutError, urllib.error.URLError) as err:
+        reason = getattr(err, "reason", err)
+        return not isinstance(reason, TimeoutError)
+    except OSError:
+        return True
+
+
+class HealthWatch:
+    """Polls each loopback port's /health every 0.25 s for the length of a `with`
+    block, and tells when each was down."""
+
+    def __init__(self, ports: tuple[int, ...]) -> None:
+        self.ports = ports
+        self.samples: list[tuple[float, dict[int, bool]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.monotonic(), {p: not down(p) for p in self.ports}))
+            self._stop.wait(0.25)
+
+    def __enter__(self) -> HealthWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def all_down(self) -> int:
+        """Samples in which no port answered."""
+        return sum(1 for _, up in self.samples if not any(up.values()))
+
+    def down_spans(self, port: int) -> list[tuple[float, float]]:
+        spans, start = [], None
+        for t, up in self.samples:
+            if not up[port] and start is None:
+                start = t
+            elif up[port] and start is not None:
+                spans.append((start, t))
+                start = None
+        if start is not None:
+            spans.append((start, self.samples[-1][0]))
+        return spans

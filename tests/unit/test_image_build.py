@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -64,6 +66,27 @@ def test_base_image_is_not_remade_when_the_tag_exists(monkeypatch, tmp_path):
 
     monkeypatch.setattr(baseimage, "make_tarball", boom)
     assert baseimage.ensure_base_image(cache=tmp_path) == "zenvllm/debian:bookworm"
+
+
+def test_two_makers_of_the_base_image_at_once_make_it_once(monkeypatch, tmp_path):
+    """`make test` makes it beside a tier that may ask for it too: the second waits for
+    the first and finds the image made."""
+    made, imported, tags = [], [], set()
+
+    def debootstrap(suite, mirror, dest):
+        made.append(dest)
+        time.sleep(0.3)  # long enough for the other maker to arrive meanwhile
+        dest.write_bytes(b"tar")
+
+    monkeypatch.setattr(baseimage, "image_exists", lambda engine, tag: tag in tags)
+    monkeypatch.setattr(baseimage, "make_tarball", debootstrap)
+    monkeypatch.setattr(
+        baseimage, "import_tarball", lambda e, t, tag: (imported.append(tag), tags.add(tag))
+    )
+    with ThreadPoolExecutor(2) as pool:
+        got = list(pool.map(lambda _: baseimage.ensure_base_image(cache=tmp_path), range(2)))
+    assert got == ["zenvllm/debian:bookworm"] * 2
+    assert len(made) == 1 and imported == ["zenvllm/debian:bookworm"], (made, imported)
 
 
 def test_base_image_imports_the_cached_tarball_without_debootstrap(monkeypatch, tmp_path):

@@ -76,3 +76,20 @@ def test_a_background_job_runs_beside_the_tiers_between_its_two(tmp_path):
     )
     assert done.stdout.index("background prep: failed") < done.stdout.index("tier three: started")
     assert done.stdout.rstrip().endswith("make test: every tier passed")
+
+
+def test_a_background_job_after_dash_runs_beside_the_first_tier(tmp_path):
+    """AFTER "-": the job starts before the first tier and overlaps it; the tier it is
+    for waits for it."""
+    trace = tmp_path / "trace"
+    script = (
+        f"test-base) echo base-start >>{trace}; sleep 2; echo base-end >>{trace};;\n"
+        f"test-one) sleep 1; echo one-end >>{trace};;\n"
+        f"test-*) echo $2 >>{trace};;"
+    )
+    done = run(tmp_path, "one", "two", script=script, background="base:-:two")
+    assert done.returncode == 0, done.stdout
+    steps = trace.read_text().split()
+    assert steps.index("base-start") < steps.index("one-end") < steps.index("base-end")
+    assert steps.index("base-end") < steps.index("test-two")
+    assert done.stdout.index("background base: started") < done.stdout.index("tier one: started")

@@ -11,6 +11,7 @@ one `docker image inspect`.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import shutil
 import subprocess
@@ -80,16 +81,23 @@ def ensure_base_image(
     engine: str = DOCKER_NAME,
     cache: Path | None = None,
 ) -> str:
-    """Return the tag of a local Debian base image, making it only if missing."""
+    """Return the tag of a local Debian base image, making it only if missing. One
+    maker at a time (`make test` makes it beside a tier, which may ask for it too):
+    the next waits, then finds it made."""
     tag = tag or default_tag(suite)
     if image_exists(engine, tag):
         return tag
     tarball = tarball_path(suite, cache or cache_dir())
-    if not tarball.exists():
-        print(f"base-image: debootstrap {suite} -> {tarball} (about 1 min)", file=sys.stderr)
-        make_tarball(suite, mirror, tarball)
-    print(f"base-image: importing {tarball} as {tag}", file=sys.stderr)
-    import_tarball(engine, tarball, tag)
+    tarball.parent.mkdir(parents=True, exist_ok=True)
+    with (tarball.parent / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if image_exists(engine, tag):
+            return tag
+        if not tarball.exists():
+            print(f"base-image: debootstrap {suite} -> {tarball} (about 1 min)", file=sys.stderr)
+            make_tarball(suite, mirror, tarball)
+        print(f"base-image: importing {tarball} as {tag}", file=sys.stderr)
+        import_tarball(engine, tarball, tag)
     return tag
 
 
