@@ -350,6 +350,22 @@ def test_a_calibration_file_of_this_host_is_used_and_one_of_another_is_not(tmp_p
     assert any("ignored" in n for n in notes)
 
 
+def test_the_bench_measures_its_own_figure_again_at_the_end_and_no_other():
+    start = roofline.Bandwidth(26.0, 15.5, 2, "measured by the bench", measured_by_bench=True)
+    assert bandwidth.at_end(start, measure_now=measured) == {"bandwidth_end_gbs": 13.0}
+
+    def never(host, seconds):
+        raise AssertionError("measured again a figure the bench did not measure")
+
+    assert bandwidth.at_end(replace(start, measured_by_bench=False), measure_now=never) == {}
+    assert bandwidth.at_end(None, measure_now=never) == {}
+
+    def fails(host, seconds):
+        raise UserError("no usable CPUs to measure")
+
+    assert bandwidth.at_end(start, measure_now=fails) == {}  # the start's figure stands
+
+
 def test_l3_bytes_counts_each_shared_cache_once(tmp_path):
     for cpu in (0, 1, 2):
         for index, level, size, shared in (

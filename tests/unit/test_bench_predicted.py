@@ -136,6 +136,31 @@ def test_a_bandwidth_off_by_2x_fails_the_check(run, scale):
     assert any(p.startswith("auto: predicted ") and "beyond" in p for p in problems), problems
 
 
+@pytest.mark.parametrize(
+    ("moved", "fails"), [(0.52, True), (0.8, False), (1.1, False), (1.3, True)]
+)
+def test_a_bandwidth_that_moved_during_the_run_fails_the_check(tmp_path, moved, fails):
+    """The bench's figure measured again at the end (meta.bandwidth_end_gbs): beyond 25%
+    from the start's, the run fails bench.check, which names both (0.52: the Zen 5
+    VM's two runs hours apart, 15.46 against 29.79 GB/s per core)."""
+    doc = json.loads((BENCH / "qwen0.5b-rounds" / "results.json").read_text())  # meta whole
+    start = doc["meta"]["core_bandwidth_gbs"]
+    doc["meta"]["bandwidth_end_gbs"] = end = round(start * moved, 2)
+    out = written(doc, tmp_path / "run")
+    problems = check.check_outputs(out)
+    assert problems == (
+        [
+            f"bandwidth: {start:g} GB/s per core at the run's start, {end:g} at its end "
+            f"({moved - 1:+.0%}, beyond ±25%): the machine changed during the run, so its "
+            "roofline and predictions, which use the start's figure, do not hold; run it "
+            "again on a quiet machine"
+        ]
+        if fails
+        else []
+    )
+    assert f"measured again at the run's end: {end:g} GB/s." in (out / "table.md").read_text()
+
+
 def test_on_the_zen4_run_a_doubled_bandwidth_stays_within_the_bound():
     """What the check cannot see there: at 16 sequences a step of the 0.5 B shape on Zen 4
     is mostly arithmetic (57 of 104 ms), so twice the bandwidth predicts 6% more than

@@ -23,6 +23,7 @@ from zenvllm.core.errors import UserError
 from zenvllm.core.host import Host
 from zenvllm.core.model import Model
 from zenvllm.core.plan import Policy
+from zenvllm.core.topology import read_host
 from zenvllm.runtime import calibrate
 
 SECONDS = 2.0  # per measurement, calibrate's default: ~4 s on one node
@@ -110,3 +111,19 @@ def bandwidth_of(
     )
     cores = slowest_node_cores(measured)
     return policy, Bandwidth(busy, measured.core_alone_gbs, cores, source, True), notes
+
+
+def at_end(
+    first: Bandwidth | None,
+    measure_now: Callable[[Host, float], Calibration] = calibrate.calibrate,
+) -> dict[str, float]:
+    """The bench's own figure measured again after its last configuration, as at its
+    start (meta's bandwidth_end_gbs, which roofline.drift_problems sets beside the
+    start's); nothing for a calibration file's figure (the operator's) or none."""
+    if first is None or not first.measured_by_bench:
+        return {}
+    try:
+        again = measure_now(read_host(), SECONDS)
+    except UserError:
+        return {}  # the run stands on its start's figure, as before this check
+    return {"bandwidth_end_gbs": round(again.per_core_gbs, 2)}

@@ -24,6 +24,10 @@ from zenvllm.bench.layouts import Configuration, Server, cpu_ids
 # The goal: at batch 1 the planner's layout should stream at least 60% of its bandwidth.
 BATCH1_GOAL = 60.0
 OVER = "over 100%: the bandwidth figure is too low"
+# How far the bench's own bandwidth figure may move between a run's start and its end.
+# The same 2-core Zen 5 VM measured 29.79 and 15.46 GB/s per core busy in two runs hours
+# apart (docs/bench/qwen0.5b-rounds, -reversed): a figure is the machine's at that hour.
+DRIFT_BOUND = 0.25
 
 
 @dataclass(frozen=True)
@@ -180,6 +184,21 @@ def roofline_row(r: dict[str, Any], batch1: bool) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def drift_problems(meta: dict[str, Any]) -> list[str]:
+    """The bench's bandwidth measured again at the run's end (bench/bandwidth.at_end) and
+    moved beyond DRIFT_BOUND: the machine changed under the run, and its roofline and
+    predictions rest on the start's figure."""
+    start, end = meta.get("core_bandwidth_gbs"), meta.get("bandwidth_end_gbs")
+    if not start or not end or abs(end / start - 1) <= DRIFT_BOUND:
+        return []
+    return [
+        f"bandwidth: {start:g} GB/s per core at the run's start, {end:g} at its end "
+        f"({end / start - 1:+.0%}, beyond ±{DRIFT_BOUND:.0%}): the machine changed during "
+        "the run, so its roofline and predictions, which use the start's figure, do not "
+        "hold; run it again on a quiet machine"
+    ]
+
+
 def has_batch1(rows: list[dict[str, Any]]) -> bool:
     return any(r.get("batch1_percent") is not None for r in rows)
 
@@ -192,7 +211,12 @@ def roofline_table(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         f"Roofline: weight bytes streamed per instance ({meta['weight_bytes'] / 1e9:.2f} GB "
         f"per decode step as stored, in the dtype each configuration serves / median TPOT) "
         f"against its cores x {meta['core_bandwidth_gbs']:g} "
-        f"GB/s per core with every core busy ({meta.get('bandwidth_source') or 'unknown'}).",
+        f"GB/s per core with every core busy ({meta.get('bandwidth_source') or 'unknown'})"
+        + (
+            f"; measured again at the run's end: {meta['bandwidth_end_gbs']:g} GB/s."
+            if meta.get("bandwidth_end_gbs")
+            else "."
+        ),
     ]
     if batch1:
         lines.append(

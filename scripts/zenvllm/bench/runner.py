@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from zenvllm.bench import clients, document, gateway, leftovers, order, report, servers
+from zenvllm.bench import bandwidth, clients, document, gateway, leftovers, order, report, servers
 from zenvllm.bench.catalogue import STOCK
 from zenvllm.bench.kinds import Kind
 from zenvllm.bench.layouts import Configuration
@@ -82,10 +82,17 @@ def measure_into(
     )
     try:
         ran = measure_each(kind, configs, settings, raw, run_id, pool)
+        ended = bandwidth.at_end(settings.bandwidth)
+        if ended and settings.bandwidth:
+            say(
+                f"bandwidth at the end: {ended['bandwidth_end_gbs']:g} GB/s per core busy "
+                f"(at the start: {settings.bandwidth.core_busy_gbs:g})"
+            )
         meta = {
             **run_meta(settings, run_id, started, load_before, ran.failures),
             "order": ran.ordering,
             **kind.meta(settings),
+            **ended,
         }
         result = document.assemble(
             kind.name, meta, configs, settings.images, ran.rows, ran.facts, kind.derive
