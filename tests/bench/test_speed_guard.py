@@ -28,7 +28,7 @@ from conftest import REPO, require, require_tool
 from support.engine import ZENVLLM, build, docker, engine_env, engine_ready
 from support.tiny_model import ensure_tiny_model
 
-from zenvllm.bench import document, guard, kinds, predicted
+from zenvllm.bench import document, guard, kinds, predicted, roofline
 from zenvllm.bench.catalogue import STOCK_DTYPE
 from zenvllm.bench.generation import dtypes
 from zenvllm.core.topology import read_host
@@ -146,10 +146,13 @@ def test_the_performance_model_holds_on_this_run_and_fails_with_its_bandwidth_of
     arithmetic on a CPU with bf16 (Zen 4: 57 of 104 ms), so 2x moves the prediction by
     about a quarter, near the bound: one way is caught, and which depends on where this
     run's figure and error sit (the Zen 5 rounds runs: doubled in one, halved in the
-    other; test_bench_predicted holds them to it). Both are printed."""
+    other; test_bench_predicted holds them to it). Both are printed, and the figure
+    measured again at the run's end."""
     doc, _ = measured
     rows = {r["config"]: r for r in document.derive(doc)["predictions"]}
     print(f"\n{predicted.predictions_table(list(rows.values()))}")
+    start = doc["meta"]["core_bandwidth_gbs"]
+    print(f"bandwidth: {start:g} GB/s per core busy at the start{roofline.end_note(doc['meta'])}")
     assert rows["auto"]["within"] is True, rows["auto"]
     assert kinds.GENERATION_KIND.derived_problems(doc) == []
     caught = {}

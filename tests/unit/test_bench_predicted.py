@@ -15,7 +15,16 @@ import pytest
 from support.recorded_runs import BENCH, recorded
 from test_bench_kinds import HOST, TINY, fake_engine
 
-from zenvllm.bench import check, document, kinds, layouts, predicted, report, runner, workloads
+from zenvllm.bench import (
+    check,
+    document,
+    kinds,
+    layouts,
+    predicted,
+    report,
+    runner,
+    workloads,
+)
 from zenvllm.bench.measuring import Settings
 from zenvllm.bench.roofline import Bandwidth
 from zenvllm.core import performance
@@ -137,28 +146,21 @@ def test_a_bandwidth_off_by_2x_fails_the_check(run, scale):
 
 
 @pytest.mark.parametrize(
-    ("moved", "fails"), [(0.52, True), (0.8, False), (1.1, False), (1.3, True)]
+    ("moved", "beyond"), [(0.52, True), (0.8, False), (1.1, False), (1.3, True)]
 )
-def test_a_bandwidth_that_moved_during_the_run_fails_the_check(tmp_path, moved, fails):
-    """The bench's figure measured again at the end (meta.bandwidth_end_gbs): beyond 25%
-    from the start's, the run fails bench.check, which names both (0.52: the Zen 5
-    VM's two runs hours apart, 15.46 against 29.79 GB/s per core)."""
+def test_the_table_says_how_far_the_bandwidth_moved_during_the_run(tmp_path, moved, beyond):
+    """The bench's figure measured again at the end (meta.bandwidth_end_gbs), beside the
+    start's in the roofline's line; beyond 25% the table says its roofline and
+    predictions are uncertain by that much (0.52: the Zen 5 VM's two runs hours apart,
+    15.46 against 29.79 GB/s per core). Reported, not failed: bench.check passes it."""
     doc = json.loads((BENCH / "qwen0.5b-rounds" / "results.json").read_text())  # meta whole
     start = doc["meta"]["core_bandwidth_gbs"]
     doc["meta"]["bandwidth_end_gbs"] = end = round(start * moved, 2)
     out = written(doc, tmp_path / "run")
-    problems = check.check_outputs(out)
-    assert problems == (
-        [
-            f"bandwidth: {start:g} GB/s per core at the run's start, {end:g} at its end "
-            f"({moved - 1:+.0%}, beyond ±25%): the machine changed during the run, so its "
-            "roofline and predictions, which use the start's figure, do not hold; run it "
-            "again on a quiet machine"
-        ]
-        if fails
-        else []
-    )
-    assert f"measured again at the run's end: {end:g} GB/s." in (out / "table.md").read_text()
+    assert check.check_outputs(out) == []
+    table = (out / "table.md").read_text()
+    assert f"measured again at the run's end: {end:g} GB/s ({moved - 1:+.0%})" in table
+    assert ("beyond ±25%: the machine changed during the run" in table) is beyond
 
 
 def test_on_the_zen4_run_a_doubled_bandwidth_stays_within_the_bound():

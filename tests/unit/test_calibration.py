@@ -183,3 +183,24 @@ def test_calibrate_refuses_a_model_that_is_not_one_before_measuring(tmp_path):
     done = zenvllm("calibrate", "--out", str(out), "--model", str(tmp_path))
     assert done.returncode == 2 and not out.exists()
     assert f"--model {tmp_path}: no config.json" in done.stderr
+
+
+def test_copies_that_did_not_run_at_once_are_measured_again_then_refused():
+    """Each node's cores copy at once: windows apart (a CPU taken for seconds) would sum
+    two cores' speeds alone, so that measurement is taken again, and after TRIES the
+    machine is named as too busy to measure."""
+    apart = [(0.0, 2.0, 44e9), (2.1, 4.1, 43e9)]
+    together = [(0.0, 2.0, 23e9), (0.05, 2.05, 23.5e9)]
+    tries = iter([apart, together])
+    got = calibrate.measure([0, 1], 1, 2.0, run=lambda work, jobs, timeout: next(tries))
+    assert got == 46.5
+    assert calibrate.measure([0], 1, 2.0, run=lambda *_: [(0.0, 2.0, 44e9)]) == 44.0  # alone
+    calls = []
+
+    def never_together(work, jobs, timeout):
+        calls.append(jobs)
+        return apart
+
+    with pytest.raises(UserError, match=r"CPUs \[0, 1\] did not run at once in 3 tries"):
+        calibrate.measure([0, 1], 1, 2.0, run=never_together)
+    assert len(calls) == calibrate.TRIES

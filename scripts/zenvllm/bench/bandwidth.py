@@ -118,7 +118,7 @@ def at_end(
     measure_now: Callable[[Host, float], Calibration] = calibrate.calibrate,
 ) -> dict[str, float]:
     """The bench's own figure measured again after its last configuration, as at its
-    start (meta's bandwidth_end_gbs, which roofline.drift_problems sets beside the
+    start (meta's bandwidth_end_gbs, which roofline.end_note sets beside the
     start's); nothing for a calibration file's figure (the operator's) or none."""
     if first is None or not first.measured_by_bench:
         return {}

@@ -163,7 +163,6 @@ def problems(result: dict[str, Any], derived: dict[str, Any]) -> list[str]:
     if "roofline" in result or derived["roofline"]:
         found += row_problems("roofline", "config", result.get("roofline", []), derived["roofline"])
     found += over_problems(derived["roofline"], result["meta"])
-    found += roofline.drift_problems(result["meta"])
     if "predictions" in result:  # documents written before the predictions have none
         stored = result["predictions"]
         found += row_problems("predictions", "config", stored, derived["predictions"])
