@@ -41,8 +41,7 @@ Span = tuple[str, int, int]  # file, first byte, end
 BUFFER_MIB = 64  # per buffer, two per process: beyond any core's share of an L3
 # Cores measured "at once" must have been: a CPU taken away for seconds (a VM's vCPU
 # stolen by its host, a neighbour's burst) can run the copies one after the other, each
-# at one core's speed alone, and their sum then counts a core twice (a bench on a 2-core
-# Zen 5 VM measured 41.48 GB/s per core busy at its end, 20.75 at its start, 45 alone).
+# at one core's speed alone, and their sum then counts a core twice.
 OVERLAP = 0.9  # of the measuring time, common to every process
 TRIES = 3
 Window = tuple[float, float, float]  # began, ended (the monotonic clock), the figure
