@@ -179,3 +179,24 @@ def test_a_run_whose_bandwidth_figure_was_half_fails_the_check_and_holds_with_th
     assert [r["within"] for r in derived["predictions"]] == [True, True, True]
     assert not any(roofline.over(r.get("batch1_percent")) for r in derived["roofline"])
     assert not any(roofline.over(r.get("percent")) for r in derived["roofline"])
+
+
+def test_the_15b_run_in_rounds_is_predicted_within_20_percent_and_streams_over_its_figure():
+    """docs/bench/qwen1.5b-rounds (the 1.5 B shape on the Zen 5 VM, stock, auto and
+    two-per-node in two rounds, the figure measured again at the end within 10% of the
+    start's): every configuration's output tok/s within 20% of its prediction (the
+    issue's bound; two-per-node at 17.8%, inside the model's own 18% too); but at batch 1
+    auto read its weights at 106.7% of the copy's figure, so bench.check fails the run on
+    the roofline alone: memmove's figure (read and written) is a low ceiling for a decode
+    step's reads."""
+    run = REPO / "docs" / "bench" / "qwen1.5b-rounds"
+    doc = json.loads((run / "results.json").read_text())
+    assert doc["meta"]["order"]["mode"] == "rounds"
+    start, end = doc["meta"]["core_bandwidth_gbs"], doc["meta"]["bandwidth_end_gbs"]
+    assert abs(end / start - 1) <= 0.10, (start, end)
+    rows = kinds.of_document(doc).derive(doc)["predictions"]
+    errors = {r["config"]: r["predicted_output_tok_s"] / r["output_tok_s"] - 1 for r in rows}
+    assert set(errors) == {"stock", "auto", "two-per-node"}
+    assert all(abs(e) <= 0.20 for e in errors.values()), errors
+    found = check.check_outputs(run)
+    assert [p.split(" streamed")[0] for p in found] == ["roofline: auto at batch 1"], found
