@@ -83,10 +83,26 @@ def in_parallel(
                 proc.kill()
 
 
-def at_once(windows: list[Window], seconds: float) -> bool:
-    """Did the processes measure together for OVERLAP of `seconds`?"""
-    together = min(end for _, end, _ in windows) - max(began for began, _, _ in windows)
-    return together >= OVERLAP * seconds
+def at_once(
+    work: Callable[..., None],
+    jobs: Sequence[tuple[object, ...]],
+    seconds: float,
+    timeout: float,
+    run: Callable[..., list[Window]] = in_parallel,
+) -> list[Window]:
+    """`run(work, jobs, timeout)` again until its processes measured together for
+    OVERLAP of `seconds`; refused after TRIES."""
+    for _ in range(TRIES):
+        windows = run(work, jobs, timeout)
+        together = min(end for _, end, _ in windows) - max(began for began, _, _ in windows)
+        if together >= OVERLAP * seconds:
+            return windows
+    cpus = [job[0] for job in jobs]
+    raise UserError(
+        f"the processes on CPUs {cpus} did not run at once in {TRIES} tries (for "
+        f"{OVERLAP:.0%} of {seconds:g} s): other work took those CPUs; measure again on "
+        "a quiet machine"
+    )
 
 
 def measure(
@@ -95,18 +111,10 @@ def measure(
     seconds: float,
     run: Callable[..., list[Window]] = in_parallel,
 ) -> float:
-    """Aggregate GB/s of `cpus` copying at once (one process each), measured again while
-    they did not run together."""
+    """Aggregate GB/s of `cpus` copying at once (one process each)."""
     jobs = [(c, nbytes, seconds) for c in cpus]
-    for _ in range(TRIES):
-        windows = run(copy_rate, jobs, seconds + 60)
-        if at_once(windows, seconds):
-            return sum(rate for *_, rate in windows) / 1e9
-    raise UserError(
-        f"the copies on CPUs {cpus} did not run at once in {TRIES} tries (for "
-        f"{OVERLAP:.0%} of {seconds:g} s): other work took those CPUs; measure again on "
-        "a quiet machine"
-    )
+    windows = at_once(copy_rate, jobs, seconds, seconds + 60, run)
+    return sum(rate for *_, rate in windows) / 1e9
 
 
 def data_spans(model_dir: Path) -> list[Span]:
@@ -174,7 +182,7 @@ def measure_step(model_dir: Path, host: Host, seconds: float) -> StepFigure:
     cpus = [ids[0] for ids in next(iter(usable_cores(host).values()))]
     shares = split(data_spans(model_dir), len(cpus))
     jobs = [(cpu, share, seconds) for cpu, share in zip(cpus, shares, strict=False)]
-    windows = in_parallel(pass_time, jobs, seconds + 120)  # + the first read from disk
+    windows = at_once(pass_time, jobs, seconds, seconds + 120)  # + the first read from disk
     slowest = max(per_pass for *_, per_pass in windows)
     return StepFigure(model.name, model.weight_bytes, len(shares), round(slowest * 1000, 2))
 
