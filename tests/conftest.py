@@ -32,7 +32,8 @@ if IN_CI:
 # modules that boot machines each have a network of their own (support/nspawn.NETWORKS),
 # so any two run side by side. On a fresh 2-core Zen 5 (2026-11-29, 40.5 minutes) the
 # first worker was busy 39.0 minutes, the second 40.4; the pipeline's SIGKILL phase then
-# left the first (about 2 minutes), and the tensor-parallel module moved to it.
+# left the first (about 2 minutes). The tensor-parallel module stays beside the others
+# that use this machine's nginx (tests/unit/test_workers.py).
 #
 # serve (2026-11-26, the same VM, warm): the machine idled 45% of the tier run serially
 # (vmstat; vLLM's start-up is mostly one thread). Its servers have names and ports of
@@ -52,7 +53,9 @@ WORKERS = {
         "test_openstack_inventory": FIRST,
         "test_quick_start": FIRST,
         "test_e2e": SECOND,
-        "test_tensor_parallel": FIRST,
+        # This machine's own nginx serves these three: one worker, or one's stop of it
+        # (as found, or at its end) cuts another's gateway (CI, 2026-11-29).
+        "test_tensor_parallel": SECOND,
         "test_nspawn": SECOND,
         "test_tutorial": SECOND,
     },
