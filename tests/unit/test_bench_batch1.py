@@ -231,6 +231,25 @@ def test_a_share_over_100_percent_is_never_printed_and_fails_the_check(tmp_path)
     assert any("(156.2%): the bandwidth figure is too low (a default)" in p for p in found)
 
 
+def test_the_roofline_reads_against_the_read_only_figure_where_it_was_measured(tmp_path):
+    """A decode step only reads: against a copy's figure (read + written, 4 GB/s per core
+    here) auto's batch 1 is impossible, against the read-only one (10 and 12, measured
+    beside it) it is a share; a run without read figures keeps the copy's."""
+    copy = roofline.Bandwidth(4.0, 4.0, 2, "copy", l3_bytes=0)
+    meta = {**META, **replace(copy, read_busy_gbs=10.0, read_alone_gbs=12.0).meta()}
+    doc = honest(meta=meta)
+    rows = {r["config"]: r for r in doc["roofline"]}
+    assert (rows["auto"]["percent"], rows["auto"]["batch1_percent"]) == (62.5, 83.3)
+    assert doc["verdict"]["planner_batch1_goal_met"] is True
+    written(tmp_path, doc)
+    table = (tmp_path / "table.md").read_text()
+    assert "x 10 GB/s per core with every core busy, read only (copy)" in table
+    assert "one-core-alone figure (12 GB/s)" in table and roofline.OVER not in table
+    assert check.check_outputs(tmp_path) == []
+    copy_only = {r["config"]: r for r in honest(meta={**META, **copy.meta()})["roofline"]}
+    assert copy_only["auto"]["percent"] == 156.2  # the copy's figure, as before
+
+
 def test_weights_that_fit_in_the_l3_caches_have_no_roofline(tmp_path):
     meta = {**META, "weight_bytes": 8 * MIB}  # the 32 MiB of L3 hold them
     doc = honest(meta=meta)
@@ -307,7 +326,8 @@ def measured(host, seconds):
         measured_at="2026-11-25T00:00:00+00:00",
         method="test",
         core_alone_gbs=15.5,
-        nodes={0: NodeFigure(2, 26.0)},
+        nodes={0: NodeFigure(2, 26.0, 40.0)},
+        read_alone_gbs=24.0,
     )
 
 
@@ -323,6 +343,8 @@ def test_without_a_calibration_file_the_bench_measures_the_bandwidth(tmp_path, m
     assert calls == [bandwidth.SECONDS]
     assert policy.core_bandwidth_gbs == 4.0  # the planner keeps what a deployment gets
     assert (bw.core_busy_gbs, bw.core_alone_gbs, bw.node_cores) == (13.0, 15.5, 2)
+    assert (bw.read_busy_gbs, bw.read_alone_gbs) == (20.0, 24.0)
+    assert "20 and 24 GB/s reading" in bw.source
     assert bw.measured_by_bench and bw.source.startswith("measured by the bench")
     assert any(n.startswith("roofline bandwidth: measured by the bench") for n in notes)
     assert any(n.startswith("planner bandwidth: a spec-sheet default") for n in notes)
@@ -342,6 +364,7 @@ def test_a_calibration_file_of_this_host_is_used_and_one_of_another_is_not(tmp_p
     path.write_text(measured(HOST, 0).to_json())
     policy, bw, _ = bandwidth.figures(HOST, TINY, measure_now=never)
     assert policy.core_bandwidth_gbs == bw.core_busy_gbs == 13.0
+    assert (bw.read_busy_gbs, bw.read_alone_gbs) == (20.0, 24.0)
     assert not bw.measured_by_bench and str(path) in bw.source
     other = replace(measured(HOST, 0), cpu_model="another CPU")
     path.write_text(other.to_json())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -115,6 +116,9 @@ def test_calibrate_measures_this_host_and_the_plan_quotes_it(tmp_path):
     assert set(cal.nodes) == {n for n in calibrate.usable_cores(host)}
     assert all(f.gbs > 0.1 and f.cores >= 1 for f in cal.nodes.values())
     assert cal.core_alone_gbs > 0.1
+    # Read only too, every node and one core alone, as a decode step reads.
+    assert cal.read_alone_gbs > 0.1 and all(f.read_gbs > 0.1 for f in cal.nodes.values())
+    assert f"{cal.read_alone_gbs:.1f} GB/s reading" in done.stdout
     assert f"{cal.per_core_gbs:.1f} GB/s per core" in done.stdout
     plan = zenvllm("plan", "--json", "--model-size-gib", "1", "--calibration", str(out))
     assert plan.returncode == 0, plan.stderr
@@ -204,3 +208,29 @@ def test_copies_that_did_not_run_at_once_are_measured_again_then_refused():
     with pytest.raises(UserError, match=r"CPUs \[0, 1\] did not run at once in 3 tries"):
         calibrate.measure([0, 1], 1, 2.0, run=never_together)
     assert len(calls) == calibrate.TRIES
+
+
+def test_a_file_without_read_only_figures_still_plans_and_one_with_some_is_refused():
+    """Files zenvllm wrote before it measured reading hold no read figures: they parse
+    as unmeasured (0) and write back without them; half of them is a broken file."""
+    cal = calibration_for(FIXTURE, 5.0)
+    text = cal.to_json()
+    assert "read_" not in text and parse(text, "f") == cal and cal.per_core_read_gbs == 0
+    read = replace(
+        cal,
+        nodes={n: replace(f, read_gbs=f.gbs * 1.5) for n, f in cal.nodes.items()},
+        read_alone_gbs=14.0,
+    )
+    assert parse(read.to_json(), "f") == read and read.per_core_read_gbs == pytest.approx(7.5)
+    half = json.loads(read.to_json())
+    del half["nodes"]["1"]["read_gbs"]
+    with pytest.raises(UserError, match="only some of them are here"):
+        parse(json.dumps(half), "f")
+    # The planner keeps the copy's figure, on which its model was fitted.
+    policy, _ = apply(Policy(), read, read_host(FIXTURE), "f")
+    assert policy.core_bandwidth_gbs == pytest.approx(5.0)
+
+
+def test_reading_is_measured_by_reading_on_this_host():
+    got = calibrate.measure([min(read_host().allowed_cpus)], 8 << 20, 0.2, work=calibrate.read_rate)
+    assert got > 0.1

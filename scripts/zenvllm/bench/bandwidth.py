@@ -84,7 +84,14 @@ def bandwidth_of(
         step = next((s for s in cal.steps if s.fits(model)), None)
         node_cores = step.cores if step else slowest_node_cores(cal)
         source = f"{policy.bandwidth_source} ({path})"
-        bandwidth = Bandwidth(policy.core_bandwidth_gbs, cal.core_alone_gbs, node_cores, source)
+        bandwidth = Bandwidth(
+            policy.core_bandwidth_gbs,
+            cal.core_alone_gbs,
+            node_cores,
+            source,
+            read_busy_gbs=round(cal.per_core_read_gbs, 2),
+            read_alone_gbs=cal.read_alone_gbs,
+        )
         return policy, bandwidth, notes
     why = (
         f"the calibration file {path} describes another host"
@@ -99,18 +106,28 @@ def bandwidth_of(
     except UserError as err:
         notes.append(f"roofline: none; {why}, and measuring the bandwidth failed: {err}")
         return policy, None, notes
-    busy = round(measured.per_core_gbs, 2)
+    busy, read = round(measured.per_core_gbs, 2), round(measured.per_core_read_gbs, 2)
     source = (
         f"measured by the bench at its start with zenvllm calibrate's code ({why}): "
         f"{busy:g} GB/s per core with every core busy, {measured.core_alone_gbs:g} GB/s "
-        f"for one core alone ({measured.method})"
+        f"for one core alone, copying; {read:g} and {measured.read_alone_gbs:g} GB/s "
+        f"reading ({measured.method})"
     )
     notes.append(
         f"roofline bandwidth: {source}; the planner's layouts keep their figure, as a "
         "deployment on this host would (`zenvllm calibrate` writes the file both use)"
     )
     cores = slowest_node_cores(measured)
-    return policy, Bandwidth(busy, measured.core_alone_gbs, cores, source, True), notes
+    bandwidth = Bandwidth(
+        busy,
+        measured.core_alone_gbs,
+        cores,
+        source,
+        measured_by_bench=True,
+        read_busy_gbs=read,
+        read_alone_gbs=measured.read_alone_gbs,
+    )
+    return policy, bandwidth, notes
 
 
 def at_end(

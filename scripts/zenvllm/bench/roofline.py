@@ -4,9 +4,11 @@ decode steps use, with the throughput workload and at batch 1 (one request in fl
 A decode step reads every weight once, so weight bytes per step over the time per
 output token (TPOT) is the weight traffic an instance streamed. Its cores' bandwidth
 comes from `zenvllm calibrate`'s figures (bench/bandwidth.py reads the file or measures
-them): with every instance busy each core gets its share of its node with every core
-busy; at batch 1 only the first instance works, so its cores have the node to
-themselves. Weights that fit in the host's L3 caches need not stream from memory at
+them), read only where they were measured so, as a decode step reads (a copy's figure,
+read plus written, is lower: the 1.5 B shape's batch 1 read 106.7% of it), the copy's
+for runs and files without them: with every instance busy each core gets its share of
+its node with every core busy; at batch 1 only the first instance works, so its cores
+have the node to themselves. Weights that fit in the host's L3 caches need not stream from memory at
 all (the 0.2 M-parameter test model), so such configurations get no roofline row. A
 share above 100% is then physically impossible: it means the bandwidth figure is too
 low, and is never printed as a number (bench/check.py reports it as a problem).
@@ -33,7 +35,9 @@ DRIFT_BOUND = 0.25
 
 @dataclass(frozen=True)
 class Bandwidth:
-    """What a core streams, from `zenvllm calibrate`'s figures (GB/s, read + written)."""
+    """What a core streams, from `zenvllm calibrate`'s figures (GB/s): copying (read +
+    written, the planner's and its performance model's) and reading only (the roofline's;
+    0 where not measured)."""
 
     core_busy_gbs: float  # per core with every core of its node busy (the slowest node)
     core_alone_gbs: float  # one core with the node to itself
@@ -41,6 +45,8 @@ class Bandwidth:
     source: str  # where the figures come from, in words
     measured_by_bench: bool = False  # no usable calibration file: the bench measured them
     l3_bytes: int = 0  # the host's L3 caches together (0: unknown)
+    read_busy_gbs: float = 0.0  # reading only, per core with every core of its node busy
+    read_alone_gbs: float = 0.0  # reading only, one core with the node to itself
 
     def meta(self) -> dict[str, Any]:
         """The result document's meta fields."""
@@ -51,7 +57,18 @@ class Bandwidth:
             "bandwidth_source": self.source,
             "bandwidth_measured_by_bench": self.measured_by_bench,
             "l3_bytes": self.l3_bytes,
+            "core_read_gbs": self.read_busy_gbs,
+            "core_read_alone_gbs": self.read_alone_gbs,
         }
+
+
+def ceiling(meta: dict[str, Any]) -> tuple[float, float, str]:
+    """(per core busy, one core alone, which figure): the read-only figures a decode
+    step is measured against, or the copy's where the run has none."""
+    read, read_alone = meta.get("core_read_gbs") or 0.0, meta.get("core_read_alone_gbs") or 0.0
+    if read > 0 and read_alone > 0:
+        return read, read_alone, "read only"
+    return meta.get("core_bandwidth_gbs") or 0.0, meta.get("core_alone_gbs") or 0.0, "copy"
 
 
 def instance_cores(server: Server, host_cores: int) -> list[int]:
@@ -92,8 +109,7 @@ def roofline(
     every instance busy: cores x the every-core-busy figure, the mean instance) and at
     batch 1 (batch-1 TPOT, the first instance alone: batch1_bandwidth)."""
     weight_bytes = meta.get("weight_bytes") or 0
-    busy = meta.get("core_bandwidth_gbs") or 0.0
-    alone = meta.get("core_alone_gbs") or 0.0
+    busy, alone, _ = ceiling(meta)
     node_cores = meta.get("node_cores") or 0
     host_cores = meta.get("host_cores") or 0
     l3_bytes = meta.get("l3_bytes") or 0
@@ -213,20 +229,20 @@ def roofline_table(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     """Weight bytes each instance streamed per second against its cores' bandwidth; the
     batch-1 columns when batch 1 was measured."""
     batch1 = has_batch1(rows)
+    busy, alone, which = ceiling(meta)
     lines = [
         f"Roofline: weight bytes streamed per instance ({meta['weight_bytes'] / 1e9:.2f} GB "
         f"per decode step as stored, in the dtype each configuration serves / median TPOT) "
-        f"against its cores x {meta['core_bandwidth_gbs']:g} "
-        f"GB/s per core with every core busy ({meta.get('bandwidth_source') or 'unknown'})"
-        + end_note(meta),
+        f"against its cores x {busy:g} GB/s per core with every core busy, {which} "
+        f"({meta.get('bandwidth_source') or 'unknown'})" + end_note(meta),
     ]
     if batch1:
         lines.append(
             f"Batch 1 (one request, the first instance; batch-1 TPOT): only that instance "
             f"works, so its cores do not share the memory with other instances: each counts "
-            f"the one-core-alone figure ({meta['core_alone_gbs']:g} GB/s), together at most "
+            f"the one-core-alone figure ({alone:g} GB/s), together at most "
             f"what their node of {meta['node_cores']} cores streams with every core busy "
-            f"({meta['node_cores'] * meta['core_bandwidth_gbs']:g} GB/s); an upper bound, so "
+            f"({meta['node_cores'] * busy:g} GB/s); an upper bound, so "
             f"the batch-1 share is a floor (goal {BATCH1_GOAL:g}% for {PLANNER})."
         )
     head = "| configuration | weight GB/s per instance | bandwidth GB/s per instance | % |"

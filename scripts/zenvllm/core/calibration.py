@@ -1,7 +1,10 @@
 """Measured figures of a host, and how the planner uses them instead of spec-sheet ones.
 
 `zenvllm calibrate` (runtime/calibrate.py) measures memory bandwidth on the real
-host, and with `--model` the weight read of that model's decode step, and writes
+host twice over, as a copy moves bytes (read and written: the figure the planner and
+its performance model use, on which the model's constants were fitted) and as a decode
+step reads them (read only: the roofline's, the ceiling a decode step can reach), and
+with `--model` the weight read of that model's decode step, and writes
 them to a JSON file; the planner reads it from `--calibration`, or
 from DEFAULT_PATH when it plans the live host (never for a fixture or flavor).
 Without a file the planner keeps the Policy default and says so. A file measured
@@ -28,10 +31,15 @@ FORMAT = 1
 class NodeFigure:
     cores: int  # physical cores measured at once
     gbs: float  # their aggregate copy bandwidth, GB/s (bytes read + written)
+    read_gbs: float = 0.0  # their aggregate read-only bandwidth, GB/s (0: not measured)
 
     @property
     def per_core_gbs(self) -> float:
         return self.gbs / self.cores
+
+    @property
+    def per_core_read_gbs(self) -> float:
+        return self.read_gbs / self.cores
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,9 @@ class Calibration:
     core_alone_gbs: float  # one core with the node to itself
     nodes: dict[int, NodeFigure]  # every core of the node at once
     steps: tuple[StepFigure, ...] = ()  # the models measured with --model
+    # Read only, as a decode step streams its weights; 0 in files of zenvllm before
+    # 2026-12 (the roofline then falls back to the copy figures).
+    read_alone_gbs: float = 0.0
 
     @property
     def per_core_gbs(self) -> float:
@@ -68,8 +79,18 @@ class Calibration:
         the figure the planner's cores-per-instance rule needs."""
         return min(n.per_core_gbs for n in self.nodes.values())
 
+    @property
+    def per_core_read_gbs(self) -> float:
+        """What each core reads with every core of the slowest node reading; 0 when a
+        node was not measured so."""
+        return min(n.per_core_read_gbs for n in self.nodes.values())
+
     def to_json(self) -> str:
         d = asdict(self)
+        if not self.read_alone_gbs:  # not measured read only: absent, as in older files
+            del d["read_alone_gbs"]
+            for node in d["nodes"].values():
+                del node["read_gbs"]
         d["nodes"] = {str(k): v for k, v in d["nodes"].items()}
         d["steps"] = list(d["steps"])
         return json.dumps({"format": FORMAT, **d}, indent=2) + "\n"
@@ -106,7 +127,8 @@ def parse(text: str, source: str) -> Calibration:
         where = f"nodes.{key[:20]}."
         node_id = gate.whole_text(key, f"{label}: nodes key {key[:20]!r}", 0, MAX_CPU_ID, fix)
         node = gate.obj(value, f"{label}: {where[:-1]}", fix)
-        nodes[node_id] = NodeFigure(whole(node, "cores", where), gbs(node, "gbs", where))
+        read = gbs(node, "read_gbs", where) if "read_gbs" in node else 0.0
+        nodes[node_id] = NodeFigure(whole(node, "cores", where), gbs(node, "gbs", where), read)
     steps = []
     for i, value in enumerate(gate.items(data.get("steps", []), f"{label}: steps", fix)):
         where = f"steps[{i}]."
@@ -129,8 +151,18 @@ def parse(text: str, source: str) -> Calibration:
         core_alone_gbs=gbs(data, "core_alone_gbs"),
         nodes=nodes,
         steps=tuple(steps),
+        read_alone_gbs=gbs(data, "read_alone_gbs") if "read_alone_gbs" in data else 0.0,
     )
-    slowest = min([cal.core_alone_gbs, cal.per_core_gbs, *(s.per_core_gbs for s in steps)])
+    read_figures = {cal.read_alone_gbs > 0, *(n.read_gbs > 0 for n in nodes.values())}
+    if len(read_figures) > 1:
+        raise gate.InputError(
+            f"{label}: read_alone_gbs and every node's read_gbs are measured together, "
+            f"and only some of them are here; {fix}"
+        )
+    reading = [cal.read_alone_gbs, cal.per_core_read_gbs] if cal.read_alone_gbs else []
+    slowest = min(
+        [cal.core_alone_gbs, cal.per_core_gbs, *reading, *(s.per_core_gbs for s in steps)]
+    )
     if slowest < MIN_GBS:
         raise gate.InputError(
             f"{label}: a figure of {slowest:.2g} GB/s per core is below {MIN_GBS} GB/s, "

@@ -1,11 +1,17 @@
 """Measure this host's memory bandwidth, the figure the planner's core rule rests on.
 
 A decode step reads every weight once, so what a slice of cores can stream from
-memory sets its speed. This is a STREAM-like copy (memmove of buffers far larger
-than a core's share of L3), counted as bytes read plus bytes written, by one
-process per physical core pinned with sched_setaffinity: first one core alone,
-then every core of each NUMA node at once. Standard library only (ctypes'
-memmove is libc's), so it runs on any host the planner runs on, in seconds.
+memory sets its speed. Each figure is measured by one process per physical core
+pinned with sched_setaffinity, on buffers far larger than a core's share of L3: first
+one core alone, then every core of each NUMA node at once. Twice over:
+- a STREAM-like copy (memmove), counted as bytes read plus bytes written: the figure
+  the planner and its performance model use (their constants were fitted on it);
+- a read-only stream (memcmp of two equal buffers, which only reads), as a decode step
+  reads its weights: the roofline's ceiling. A copy spends part of the memory's time
+  writing, so a decode step can read faster than the copy's figure (the 1.5 B shape's
+  batch 1 read 106.7% of it on a Zen 5: docs/bench/qwen1.5b-rounds).
+Standard library only (ctypes' memmove and bytes' comparison are libc's memmove and
+memcmp), so it runs on any host the planner runs on, in seconds.
 
 With a model, the decode step's floor too: every core of the first node reads its
 share of the model's safetensors data at once (from the page cache, warmed by a
@@ -64,6 +70,24 @@ def copy_rate(
     results.put((began, now, moved / (now - began)))
 
 
+def read_rate(
+    cpu: int, nbytes: int, seconds: float, start: Barrier, results: Queue[Window]
+) -> None:
+    """In a child process: compare two equal buffers on one CPU for `seconds` (libc's
+    memcmp reads both to their last byte, and writes nothing); bytes read per second,
+    with when it measured."""
+    os.sched_setaffinity(0, {cpu})
+    first = bytearray(b"\x5a") * nbytes  # written: no page is the shared zero page
+    second = bytearray(first)
+    start.wait()
+    read, began = 0, time.perf_counter()
+    while (now := time.perf_counter()) - began < seconds:
+        if first != second:  # never: the comparison is the work
+            raise AssertionError("the buffers differ")
+        read += 2 * nbytes
+    results.put((began, now, read / (now - began)))
+
+
 def in_parallel(
     work: Callable[..., None], jobs: Sequence[tuple[object, ...]], timeout: float
 ) -> list[Window]:
@@ -110,10 +134,12 @@ def measure(
     nbytes: int,
     seconds: float,
     run: Callable[..., list[Window]] = in_parallel,
+    work: Callable[..., None] = copy_rate,
 ) -> float:
-    """Aggregate GB/s of `cpus` copying at once (one process each)."""
+    """Aggregate GB/s of `cpus` at once (one process each), copying or (`read_rate`)
+    reading."""
     jobs = [(c, nbytes, seconds) for c in cpus]
-    windows = at_once(copy_rate, jobs, seconds, seconds + 60, run)
+    windows = at_once(work, jobs, seconds, seconds + 60, run)
     return sum(rate for *_, rate in windows) / 1e9
 
 
@@ -201,26 +227,33 @@ def buffer_bytes(host: Host, processes: int) -> int:
 
 
 def calibrate(host: Host, seconds: float = 2.0, models: tuple[Path, ...] = ()) -> Calibration:
-    """One core alone, then each node's cores at once (one logical CPU per core), then
-    each model's weight read."""
+    """One core alone, then each node's cores at once (one logical CPU per core), copying
+    and then reading; then each model's weight read."""
     per_node = {node: [ids[0] for ids in cores] for node, cores in usable_cores(host).items()}
     if not per_node:
         raise UserError("no usable CPUs to measure: the cpuset allows none of the online CPUs")
     nbytes = buffer_bytes(host, max(len(c) for c in per_node.values()))
     first = next(iter(per_node.values()))
     alone = measure(first[:1], nbytes, seconds)
-    nodes = {node: NodeFigure(len(c), measure(c, nbytes, seconds)) for node, c in per_node.items()}
+    copied = {node: measure(c, nbytes, seconds) for node, c in per_node.items()}
+    read_alone = measure(first[:1], nbytes, seconds, work=read_rate)
+    read = {node: measure(c, nbytes, seconds, work=read_rate) for node, c in per_node.items()}
     return Calibration(
         cpu_model=host.cpu_name,
         cpus=len(host.allowed_cpus),
         measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         method=(
             f"memmove copy of {nbytes // MIB} MiB buffers, {seconds:g} s per measurement, "
-            "one process per physical core, bytes read + written"
+            "one process per physical core, bytes read + written; read only: memcmp of "
+            "two such buffers, bytes read"
         ),
         core_alone_gbs=round(alone, 2),
-        nodes={node: NodeFigure(f.cores, round(f.gbs, 2)) for node, f in nodes.items()},
+        nodes={
+            node: NodeFigure(len(c), round(copied[node], 2), round(read[node], 2))
+            for node, c in per_node.items()
+        },
         steps=tuple(measure_step(m, host, seconds) for m in models),
+        read_alone_gbs=round(read_alone, 2),
     )
 
 

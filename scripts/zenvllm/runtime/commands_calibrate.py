@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
         read_model(model)
     host = read_host()
     print(
-        f"calibrate: measuring {host.cpu_name} for ~{4 * args.seconds:g} s",
+        f"calibrate: measuring {host.cpu_name} for ~{8 * args.seconds:g} s",
         file=sys.stderr,
     )
     cal = calibrate(host, args.seconds, tuple(args.model))
@@ -44,9 +44,13 @@ def run(args: argparse.Namespace) -> int:
     for node, figure in sorted(cal.nodes.items()):
         print(
             f"node {node}: {figure.gbs:.1f} GB/s over {figure.cores} core(s), "
-            f"{figure.per_core_gbs:.1f} GB/s per core"
+            f"{figure.per_core_gbs:.1f} GB/s per core copying; {figure.read_gbs:.1f} GB/s, "
+            f"{figure.per_core_read_gbs:.1f} GB/s per core reading"
         )
-    print(f"one core alone: {cal.core_alone_gbs:.1f} GB/s")
+    print(
+        f"one core alone: {cal.core_alone_gbs:.1f} GB/s copying, "
+        f"{cal.read_alone_gbs:.1f} GB/s reading"
+    )
     for step in cal.steps:
         print(
             f"{step.model}: its {step.weight_bytes / 1e9:.2f} GB of weights read in "
