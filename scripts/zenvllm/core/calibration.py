@@ -153,16 +153,21 @@ def parse(text: str, source: str) -> Calibration:
         steps=tuple(steps),
         read_alone_gbs=gbs(data, "read_alone_gbs") if "read_alone_gbs" in data else 0.0,
     )
-    read_figures = {cal.read_alone_gbs > 0, *(n.read_gbs > 0 for n in nodes.values())}
+    return consistent(cal, label, fix)
+
+
+def consistent(cal: Calibration, label: str, fix: str) -> Calibration:
+    """`cal` if its figures belong together: the read-only ones all or none, and none
+    slower than any real memory."""
+    read_figures = {cal.read_alone_gbs > 0, *(n.read_gbs > 0 for n in cal.nodes.values())}
     if len(read_figures) > 1:
         raise gate.InputError(
             f"{label}: read_alone_gbs and every node's read_gbs are measured together, "
             f"and only some of them are here; {fix}"
         )
     reading = [cal.read_alone_gbs, cal.per_core_read_gbs] if cal.read_alone_gbs else []
-    slowest = min(
-        [cal.core_alone_gbs, cal.per_core_gbs, *reading, *(s.per_core_gbs for s in steps)]
-    )
+    steps = [s.per_core_gbs for s in cal.steps]
+    slowest = min([cal.core_alone_gbs, cal.per_core_gbs, *reading, *steps])
     if slowest < MIN_GBS:
         raise gate.InputError(
             f"{label}: a figure of {slowest:.2g} GB/s per core is below {MIN_GBS} GB/s, "
