@@ -376,6 +376,17 @@ def test_a_calibration_file_of_this_host_is_used_and_one_of_another_is_not(tmp_p
 def test_the_bench_measures_its_own_figure_again_at_the_end_and_no_other():
     start = roofline.Bandwidth(26.0, 15.5, 2, "measured by the bench", measured_by_bench=True)
     assert bandwidth.at_end(start, measure_now=measured) == {"bandwidth_end_gbs": 13.0}
+    reading = replace(start, read_busy_gbs=30.0, read_alone_gbs=24.0)
+    assert bandwidth.at_end(reading, measure_now=measured) == {
+        "bandwidth_end_gbs": 13.0,
+        "bandwidth_read_end_gbs": 20.0,
+    }
+    meta = {**reading.meta(), "bandwidth_end_gbs": 13.0, "bandwidth_read_end_gbs": 20.0}
+    assert roofline.end_note(meta) == (
+        "; measured again at the run's end: copying 13 GB/s (-50%), reading 20 GB/s (-33%), "
+        "beyond ±25%: the machine changed during the run, so this roofline and the "
+        "predictions, which use the start's figures, are uncertain by that much."
+    )
 
     def never(host, seconds):
         raise AssertionError("measured again a figure the bench did not measure")

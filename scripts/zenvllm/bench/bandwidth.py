@@ -134,13 +134,17 @@ def at_end(
     first: Bandwidth | None,
     measure_now: Callable[[Host, float], Calibration] = calibrate.calibrate,
 ) -> dict[str, float]:
-    """The bench's own figure measured again after its last configuration, as at its
-    start (meta's bandwidth_end_gbs, which roofline.end_note sets beside the
-    start's); nothing for a calibration file's figure (the operator's) or none."""
+    """The bench's own figures measured again after its last configuration, as at its
+    start (meta's bandwidth_end_gbs, copying, and bandwidth_read_end_gbs, reading, which
+    roofline.end_note sets beside the start's); nothing for a calibration file's figure
+    (the operator's) or none."""
     if first is None or not first.measured_by_bench:
         return {}
     try:
         again = measure_now(read_host(), SECONDS)
     except UserError:
         return {}  # the run stands on its start's figure, as before this check
-    return {"bandwidth_end_gbs": round(again.per_core_gbs, 2)}
+    ended = {"bandwidth_end_gbs": round(again.per_core_gbs, 2)}
+    if first.read_busy_gbs and again.per_core_read_gbs:
+        ended["bandwidth_read_end_gbs"] = round(again.per_core_read_gbs, 2)
+    return ended

@@ -202,20 +202,27 @@ def roofline_row(r: dict[str, Any], batch1: bool) -> str:
 
 
 def end_note(meta: dict[str, Any]) -> str:
-    """The bench's own figure measured again at the run's end (bench/bandwidth.at_end),
-    and how far it moved: beyond DRIFT_BOUND the roofline and predictions, which use the
-    start's figure, are uncertain by that much. Reported, not failed: a VM's figure moves
-    with its host's load (the 2-core Zen 5's flipped between about 22 and 43 GB/s per
-    core busy within minutes, one core alone 44 throughout)."""
-    start, end = meta.get("core_bandwidth_gbs"), meta.get("bandwidth_end_gbs")
-    if not start or not end:
+    """The bench's own figures measured again at the run's end (bench/bandwidth.at_end),
+    and how far they moved: beyond DRIFT_BOUND the roofline and predictions, which use
+    the start's figures, are uncertain by that much. Reported, not failed: a VM's figure
+    moves with its host's load (the 2-core Zen 5's flipped between about 22 and 43 GB/s
+    per core busy within minutes, one core alone 44 throughout)."""
+    pairs = [
+        ("copying", meta.get("core_bandwidth_gbs"), meta.get("bandwidth_end_gbs")),
+        ("reading", meta.get("core_read_gbs"), meta.get("bandwidth_read_end_gbs")),
+    ]
+    moves = [(what, end, end / start - 1) for what, start, end in pairs if start and end]
+    if not moves:
         return "."
-    moved = end / start - 1
-    said = f"; measured again at the run's end: {end:g} GB/s ({moved:+.0%})"
-    if abs(moved) > DRIFT_BOUND:
+    if len(moves) == 1:  # runs from before the read-only figure: the copy's alone
+        said = f"; measured again at the run's end: {moves[0][1]:g} GB/s ({moves[0][2]:+.0%})"
+    else:
+        figures = ", ".join(f"{what} {end:g} GB/s ({moved:+.0%})" for what, end, moved in moves)
+        said = f"; measured again at the run's end: {figures}"
+    if max(abs(moved) for *_, moved in moves) > DRIFT_BOUND:
         said += (
             f", beyond ±{DRIFT_BOUND:.0%}: the machine changed during the run, so this "
-            "roofline and the predictions, which use the start's figure, are uncertain by "
+            "roofline and the predictions, which use the start's figures, are uncertain by "
             "that much"
         )
     return said + "."

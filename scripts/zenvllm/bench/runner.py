@@ -84,9 +84,11 @@ def measure_into(
         ran = measure_each(kind, configs, settings, raw, run_id, pool)
         ended = bandwidth.at_end(settings.bandwidth)
         if ended and settings.bandwidth:
+            start = settings.bandwidth
             say(
                 f"bandwidth at the end: {ended['bandwidth_end_gbs']:g} GB/s per core busy "
-                f"(at the start: {settings.bandwidth.core_busy_gbs:g})"
+                f"copying, {ended.get('bandwidth_read_end_gbs', 0):g} reading (at the start: "
+                f"{start.core_busy_gbs:g} and {start.read_busy_gbs:g})"
             )
         meta = {
             **run_meta(settings, run_id, started, load_before, ran.failures),
