@@ -13,15 +13,14 @@ import os
 import re
 import shlex
 import stat
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import FIXTURES, REPO
+from conftest import FIXTURES
 from support.ansible_run import planner_zipapp, playbook
+from support.cli import zenvllm
 
 from zenvllm.deploy import shipped
 
@@ -61,13 +60,8 @@ FLAVORS = {
 
 
 def planner(args: list[str]) -> dict:
-    proc = subprocess.run(
-        [sys.executable, "-m", "zenvllm", "plan", "--json", *args],
-        env={**os.environ, "PYTHONPATH": str(REPO / "scripts")},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    proc = zenvllm("plan", "--json", *args)
+    assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
 

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, require_tool
+from support.cli import zenvllm
 
 from zenvllm.core.errors import UserError
 from zenvllm.image import render
 
 TARGETS = ("vllm-openai", "zen", "pace")
 SOURCES = ("wheel", "source")
-CLI = [sys.executable, "-m", "zenvllm"]
-ENV = {"PYTHONPATH": str(REPO / "scripts"), "PATH": "/usr/bin:/bin"}
+ENV = {"PATH": "/usr/bin:/bin"}  # over the test's own: render runs no tool of the venv
 
 
 def instructions(dockerfile: str) -> list[tuple[str, str]]:
@@ -242,13 +242,7 @@ def test_the_infinity_peer_renders_hadolint_clean_from_wheels(buildkit, tmp_path
 
 def test_cli_render_writes_a_complete_context(tmp_path):
     out = tmp_path / "ctx"
-    done = subprocess.run(
-        [*CLI, "render", "--target", "zen", "--output", str(out)],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        check=False,
-    )
+    done = zenvllm("render", "--target", "zen", "--output", str(out), env=ENV)
     assert done.returncode == 0, done.stderr
     names = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
     assert {"Dockerfile", "image.json", "constraints.txt", "overrides.txt"} <= names
@@ -263,12 +257,8 @@ def test_cli_render_writes_a_complete_context(tmp_path):
 
 def test_cli_refuses_a_ruled_out_pin_and_writes_nothing(tmp_path):
     out = tmp_path / "ctx"
-    done = subprocess.run(
-        [*CLI, "render", "--target", "zen", "--pin", "zentorch=2.14.0.1", "--output", str(out)],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        check=False,
+    done = zenvllm(
+        "render", "--target", "zen", "--pin", "zentorch=2.14.0.1", "--output", str(out), env=ENV
     )
     assert done.returncode == 2
     assert "zentorch 2.14.0.1 needs torch >=2.14.0,<2.15" in done.stderr
@@ -281,8 +271,7 @@ def test_cli_render_replaces_a_context_it_made_whole_with_normal_permissions(tmp
     out = tmp_path / "ctx"
 
     def run_render() -> subprocess.CompletedProcess:
-        argv = [*CLI, "render", "--target", "vllm-openai", "--output", str(out)]
-        return subprocess.run(argv, capture_output=True, text=True, env=ENV, check=False)
+        return zenvllm("render", "--target", "vllm-openai", "--output", str(out), env=ENV)
 
     assert run_render().returncode == 0
     first = (out / "Dockerfile").stat().st_ino
@@ -318,10 +307,9 @@ def test_a_source_edited_in_place_after_a_render_leaves_the_context_whole(tmp_pa
     certs.mkdir()
     (certs / "corp.crt").write_text("A\n")
     out = tmp_path / "ctx"
-    argv = [*CLI, "render", "--extra-ca-certs", str(certs), "--output", str(out)]
 
     def render_() -> subprocess.CompletedProcess:
-        return subprocess.run(argv, capture_output=True, text=True, env=ENV, check=False)
+        return zenvllm("render", "--extra-ca-certs", str(certs), "--output", str(out), env=ENV)
 
     assert render_().returncode == 0
     with (certs / "corp.crt").open("r+") as f:

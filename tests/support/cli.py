@@ -17,12 +17,14 @@ def zenvllm(
     cwd: Path = REPO,
     env: dict[str, str] | None = None,
     timeout: float = 600,
+    stdin: str | None = None,
 ) -> subprocess.CompletedProcess:
     """The command's result (never raised on); `env` over this process's environment,
-    the checkout's package first. A traceback is a bug whatever the exit code: an
-    operator gets a message naming the value, the limit and the fix."""
+    the checkout's package first; `stdin` what it reads. A traceback is a bug whatever
+    the exit code: an operator gets a message naming the value, the limit and the fix."""
     done = subprocess.run(
         [sys.executable, "-m", "zenvllm", *args],
+        input=stdin,
         capture_output=True,
         text=True,
         cwd=cwd,

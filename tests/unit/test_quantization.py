@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import struct
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from support import quant_model
+from support.cli import zenvllm
 from support.quant_model import ensure_quant_model
 from support.tiny_model import ensure_tiny_model, made_here
 
@@ -19,7 +19,6 @@ from zenvllm.core.quantization import read
 
 REPO = Path(__file__).resolve().parents[2]
 HOSTS = REPO / "tests" / "fixtures" / "hosts"
-ENV = {"PYTHONPATH": str(REPO / "scripts"), "PATH": "/usr/bin:/bin"}
 ITEM_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "I32": 4, "I8": 1}
 
 
@@ -39,8 +38,7 @@ def tensor_bytes(path: Path) -> int:
 
 
 def plan(*args: str) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-m", "zenvllm", "plan", *args]
-    return subprocess.run(argv, capture_output=True, text=True, env=ENV, check=False)
+    return zenvllm("plan", *args, env={"PATH": "/usr/bin:/bin"})
 
 
 @pytest.mark.parametrize("fmt", quant_model.FORMATS)
