@@ -203,13 +203,26 @@ def roofline_row(r: dict[str, Any], batch1: bool) -> str:
 
 def end_note(meta: dict[str, Any]) -> str:
     """The bench's own figures measured again at the run's end (bench/bandwidth.at_end),
-    and how far they moved: beyond DRIFT_BOUND the roofline and predictions, which use
-    the start's figures, are uncertain by that much. Reported, not failed: a VM's figure
+    and how far they moved from the start's; the run's figure is the higher of the two
+    (bench/bandwidth.run_figures). Beyond DRIFT_BOUND the roofline and predictions are
+    uncertain by that much. Reported, not failed: a VM's figure
     moves with its host's load (the 2-core Zen 5's flipped between about 22 and 43 GB/s
     per core busy within minutes, one core alone 44 throughout)."""
+
+    def started(figure: str, kept: str) -> Any:  # kept: where the start's was the lower
+        return meta.get(kept) or meta.get(figure)
+
     pairs = [
-        ("copying", meta.get("core_bandwidth_gbs"), meta.get("bandwidth_end_gbs")),
-        ("reading", meta.get("core_read_gbs"), meta.get("bandwidth_read_end_gbs")),
+        (
+            "copying",
+            started("core_bandwidth_gbs", "bandwidth_start_gbs"),
+            meta.get("bandwidth_end_gbs"),
+        ),
+        (
+            "reading",
+            started("core_read_gbs", "bandwidth_read_start_gbs"),
+            meta.get("bandwidth_read_end_gbs"),
+        ),
     ]
     moves = [(what, end, end / start - 1) for what, start, end in pairs if start and end]
     if not moves:
@@ -219,11 +232,12 @@ def end_note(meta: dict[str, Any]) -> str:
     else:
         figures = ", ".join(f"{what} {end:g} GB/s ({moved:+.0%})" for what, end, moved in moves)
         said = f"; measured again at the run's end: {figures}"
+    if "bandwidth_start_gbs" in meta or "bandwidth_read_start_gbs" in meta:
+        said += "; the run's figure is the higher of the two (other work only lowers one)"
     if max(abs(moved) for *_, moved in moves) > DRIFT_BOUND:
         said += (
             f", beyond ±{DRIFT_BOUND:.0%}: the machine changed during the run, so this "
-            "roofline and the predictions, which use the start's figures, are uncertain by "
-            "that much"
+            "roofline and the predictions are uncertain by that much"
         )
     return said + "."
 

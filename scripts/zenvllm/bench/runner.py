@@ -95,6 +95,7 @@ def measure_into(
             "order": ran.ordering,
             **kind.meta(settings),
             **ended,
+            **bandwidth.run_figures(settings.bandwidth, ended),
         }
         result = document.assemble(
             kind.name, meta, configs, settings.images, ran.rows, ran.facts, kind.derive
