@@ -99,11 +99,11 @@ def test_a_run_written_with_its_predictions_passes_the_check_and_shows_the_table
     assert check.check_outputs(out) == []
     stored = json.loads((out / "results.json").read_text())["predictions"]
     auto = next(r for r in stored if r["config"] == "auto")
-    assert (auto["predicted_output_tok_s"], auto["output_tok_s"]) == (120.3, 132.1)
+    assert (auto["predicted_output_tok_s"], auto["output_tok_s"]) == (129.5, 132.1)
     table = (out / "table.md").read_text()
     assert "Predicted against measured" in table and "bound is ±18% on output tok/s" in table
     assert (
-        "| auto | 120.3 | 132.1 | 1.098x | 104 | 89.762 | 0.863x | 3717.3 | 4060.94 | 1.092x "
+        "| auto | 129.5 | 132.1 | 1.020x | 94.6 | 89.762 | 0.949x | 3707.9 | 4060.94 | 1.095x "
         "| within ±18% |"
     ) in table
     assert all(predicted.prediction_row(r) in table for r in stored)
@@ -116,19 +116,19 @@ def test_the_planner_measured_at_half_its_prediction_fails_the_check(tmp_path, c
     out = written(halved(recorded("qwen0.5b-split"), "auto"), tmp_path / "run")
     problems = check.check_outputs(out)
     assert problems == [
-        "auto: predicted 120.3 output tok/s (TPOT 104 ms), measured 66 (TPOT 89.762 ms): off "
-        "by +82.3%, beyond the performance model's bound of 18% (core/performance.py): the "
+        "auto: predicted 129.5 output tok/s (TPOT 94.6 ms), measured 66 (TPOT 89.762 ms): off "
+        "by +96.2%, beyond the performance model's bound of 18% (core/performance.py): the "
         "model or the run's bandwidth figure is wrong"
     ]
     assert check.main([str(out)]) == 1
-    assert "auto: predicted 120.3 output tok/s" in capsys.readouterr().out
-    assert "| auto | 120.3 | 66 | 0.549x |" in (out / "table.md").read_text()
+    assert "auto: predicted 129.5 output tok/s" in capsys.readouterr().out
+    assert "| auto | 129.5 | 66 | 0.510x |" in (out / "table.md").read_text()
 
 
 def test_a_peer_off_its_prediction_is_reported_not_failed(tmp_path):
     out = written(halved(recorded("qwen0.5b-split"), "vllm-tp"), tmp_path / "run")
     assert check.check_outputs(out) == []
-    assert "| vllm-tp | 120.3 | 56.3 | 0.468x |" in (out / "table.md").read_text()
+    assert "| vllm-tp | 129.5 | 56.3 | 0.435x |" in (out / "table.md").read_text()
     assert "BEYOND ±18% |" in (out / "table.md").read_text()
 
 

@@ -227,6 +227,6 @@ def test_the_sizing_how_to_runs_as_written_and_shows_what_it_prints():
         "concurrency=4,in=128,out=128", flavor="epyc-9454-24c-96g", model=model_of_size(15.3)
     )
     note = next(n for n in plan.notes if n.startswith("predicted"))
-    assert "TPOT 407 ms" in note and "the model at 4 GB/s per core says 407" in " ".join(
+    assert "TPOT 401 ms" in note and "the model at 4 GB/s per core says 401" in " ".join(
         page.split()
     )

@@ -113,7 +113,7 @@ def test_a_step_reads_the_weights_and_kv_then_computes_then_pays_its_overhead():
     layout = Layout(cores=2)
     step = performance.step_s(HALF_B, ZEN4_2CORE, layout, 16, 192)
     read = (988_010_240 + 16 * 192 * 12_288) / (2 * 14.03e9)
-    compute = 16 * 988_010_240 / (2 * 280e9 * performance.DECODE_EFFICIENCY)
+    compute = 16 * 988_010_240 / (2 * 280e9 * performance.ZEN4.decode_efficiency)
     assert step == pytest.approx(read + compute + performance.OVERHEAD_S)
     # Pipeline stages pass in turn: the same reads and arithmetic, an overhead per stage.
     staged = performance.step_s(HALF_B, ZEN4_2CORE, Layout(cores=2, stages=2), 16, 192)
