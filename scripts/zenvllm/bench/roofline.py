@@ -8,8 +8,9 @@ them), read only where they were measured so, as a decode step reads (a copy's f
 read plus written, is lower: the 1.5 B shape's batch 1 read 106.7% of it), the copy's
 for runs and files without them: with every instance busy each core gets its share of
 its node with every core busy; at batch 1 only the first instance works, so its cores
-have the node to themselves. Weights that fit in the host's L3 caches need not stream from memory at
-all (the 0.2 M-parameter test model), so such configurations get no roofline row. A
+have the node to themselves. Weights that fit in the host's L3 caches need not stream
+from memory at all (the 0.2 M-parameter test model), so such configurations get no
+roofline row. A
 share above 100% is then physically impossible: it means the bandwidth figure is too
 low, and is never printed as a number (bench/check.py reports it as a problem).
 """
@@ -205,9 +206,9 @@ def end_note(meta: dict[str, Any]) -> str:
     """The bench's own figures measured again at the run's end (bench/bandwidth.at_end),
     and how far they moved from the start's; the run's figure is the higher of the two
     (bench/bandwidth.run_figures). Beyond DRIFT_BOUND the roofline and predictions are
-    uncertain by that much. Reported, not failed: a VM's figure
-    moves with its host's load (the 2-core Zen 5's flipped between about 22 and 43 GB/s
-    per core busy within minutes, one core alone 44 throughout)."""
+    uncertain by that much. Reported, not failed: a VM's figure moves with its host's
+    load (the 2-core Zen 5's flipped between about 22 and 43 GB/s per core busy within
+    minutes, one core alone 44 throughout)."""
 
     def started(figure: str, kept: str) -> Any:  # kept: where the start's was the lower
         return meta.get(kept) or meta.get(figure)

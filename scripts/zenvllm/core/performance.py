@@ -3,12 +3,12 @@ host's memory bandwidth and compute. Pure; standard library only.
 
 A decode step of an instance reads its weights once and each sequence's K and V (the
 roofline's bytes, bench/roofline.py) over its cores' share of the node's bandwidth, and
-computes 2 FLOPs per parameter per sequence at DECODE_EFFICIENCY of the rate its cores
-prefill at; plus OVERHEAD_S (vLLM's scheduler, sampling, Python). The read and the
-arithmetic add up: fitted the same way (below), a roofline's max() of the two missed the
-1.5 B shape's runs by up to 34% and batch 1 by up to 95%, the sum holds every run within
-18%: at decode's small batches these CPUs' matmuls do not hide the weight stream behind
-their arithmetic.
+computes 2 FLOPs per parameter per sequence at its CPU's decode efficiency
+(DECODE_EFFICIENCY; Zen 4's its own) of the rate its cores prefill at; plus OVERHEAD_S
+(vLLM's scheduler, sampling, Python). The read and the arithmetic add up: fitted the
+same way (below), a roofline's max() of the two missed the 1.5 B shape's runs by up to
+34% and batch 1 by up to 95%, the sum holds every run within 18%: at decode's small
+batches these CPUs' matmuls do not hide the weight stream behind their arithmetic.
 A copy cut in pipeline stages passes them in turn (each reads its part on its cores);
 tensor ranks on one host count as one instance over all their cores.
 
