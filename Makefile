@@ -185,7 +185,7 @@ test-image: venv engine base-image
 	@scripts/apt_install.sh podman
 	$(PYTEST) -q -n 2 --dist loadgroup --durations=10 tests/image  # WORKERS: tests/conftest.py
 
-# Two workers, as the ansible tier: each module runs whole in the one WORKERS names.
+# Two workers: each module runs whole in the one WORKERS (tests/conftest.py) names.
 test-serve: venv engine base-image tiny-model
 	$(PYTEST) -q -n 2 --dist loadgroup --durations=10 tests/serve
 
@@ -197,9 +197,10 @@ test-serve: venv engine base-image tiny-model
 ansible-tools:
 	@scripts/apt_install.sh systemd-container debootstrap rsync nginx libnginx-mod-http-js
 
-# Two workers; each module runs whole in the one WORKERS (tests/conftest.py) names.
+# Three workers (its waits leave cores idle); each module runs whole in the one WORKERS
+# (tests/conftest.py) names.
 test-ansible: venv planner engine ansible-tools
-	$(PYTEST) -q -n 2 --dist loadgroup --durations=15 tests/ansible  # the slowest, for the time budget
+	$(PYTEST) -q -n 3 --dist loadgroup --durations=15 tests/ansible  # the slowest, for the time budget
 
 # The sweep: stock vLLM against every layout the planner considers, zen and pace against plain
 # and the peers (vLLM's data, tensor and pipeline parallel, llama.cpp's server on bf16

@@ -20,20 +20,23 @@ if IN_CI:
     settings.load_profile("ci")
 
 
-# The tiers that run in two workers: the Makefile runs them with pytest-xdist, `-n 2
+# The tiers that run in several workers: the Makefile runs them with pytest-xdist, `-n N
 # --dist loadgroup`, and each module runs whole in the worker WORKERS names (a module not
 # listed joins the first). Balanced by the modules' minutes, side by side.
 #
-# ansible (2026-11-25, a 2-core AMD Zen 4 VM, warm; 32.8 minutes for the tier, 46.6
-# serially): the routed fleet 27.2, the cloud VMs 1.9, the renders and lint 3.7; the
-# end-to-end deployment 14.0, the nspawn hosts 14.8, the tensor-parallel one 1.4. Side by
-# side each module takes longer (the routed fleet 17.8 minutes alone): the machine idles
-# about half the time under one module's Ansible runs and health polls, not more. The
-# modules that boot machines each have a network of their own (support/nspawn.NETWORKS),
-# so any two run side by side. On a fresh 2-core Zen 5 (2026-11-29, 40.5 minutes) the
-# first worker was busy 39.0 minutes, the second 40.4; the pipeline's SIGKILL phase then
-# left the first (about 2 minutes). The tensor-parallel module stays beside the others
-# that use this machine's nginx (tests/unit/test_workers.py).
+# ansible, in three workers (2026-12-05): on a fresh 2-core Zen 4 (b72cca8, 44.4 minutes)
+# its two workers were busy 42.0 and 44.3 minutes, a quarter of it waiting with both
+# cores idle (Ansible's ssh round trips, vLLM's /health): process accounting counted 70.9
+# of 96 CPU-minutes from that tier's 12th minute to a fresh Zen 5 run's end (test-runs/
+# 2026-11-29-zen5-fresh-machine-45a3ed7.txt). So a third worker: the routed fleet (about
+# 28 minutes side by side) has one to itself; the modules that use this machine's nginx share
+# another (the end-to-end deployment, the tensor-parallel and the tutorial's, beside the
+# flavors' and foreign paths' renders); the nspawn hosts, the quick start and cloud VMs
+# (each booting machines on a network of its own, support/nspawn.NETWORKS, so any two
+# run side by side) and lint take the third. On a fresh 2-core Zen 5 (2026-11-29, two
+# workers, 40.5 minutes) the first worker was busy 39.0 minutes, the second 40.4; the
+# pipeline's SIGKILL phase then left the first (about 2 minutes). The tensor-parallel
+# module stays beside the others that use this machine's nginx (tests/unit/test_workers.py).
 #
 # serve (2026-11-26, the same VM, warm): the machine idled 45% of the tier run serially
 # (vmstat; vLLM's start-up is mostly one thread). Its servers have names and ports of
@@ -42,22 +45,22 @@ if IN_CI:
 # image: the builds (test_build) in one worker, the registry, the CPU kinds, the package
 # and the renders in the other; a build both ask for is one (BuildKit merges the same
 # steps in flight, and keeps them for the later asks).
-FIRST, SECOND = "worker-1", "worker-2"
+FIRST, SECOND, THIRD = "worker-1", "worker-2", "worker-3"
 WORKERS = {
     "ansible": {
         "test_routed_fleet": FIRST,
-        "test_cloud_vms": FIRST,
-        "test_flavors": SECOND,
-        "test_foreign_paths": SECOND,
-        "test_lint": FIRST,
         "test_openstack_inventory": FIRST,
-        "test_quick_start": FIRST,
-        "test_e2e": SECOND,
         # This machine's own nginx serves these three: one worker, or one's stop of it
         # (as found, or at its end) cuts another's gateway (CI, 2026-11-29).
+        "test_e2e": SECOND,
         "test_tensor_parallel": SECOND,
-        "test_nspawn": SECOND,
         "test_tutorial": SECOND,
+        "test_flavors": SECOND,
+        "test_foreign_paths": SECOND,
+        "test_nspawn": THIRD,
+        "test_quick_start": THIRD,
+        "test_cloud_vms": THIRD,
+        "test_lint": THIRD,
     },
     "serve": {
         "test_serve": FIRST,
@@ -101,13 +104,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
-    """Each worker's busy time (its tests' setup, call and teardown): the longer one is
+    """Each worker's busy time (its tests' setup, call and teardown): the longest is
     the tier's, so WORKERS is balanced from these."""
     busy: dict[str, float] = {}
     for reports in terminalreporter.stats.values():
         for report in reports:
             worker = getattr(report, "nodeid", "").rpartition("@")[2]
-            if worker in (FIRST, SECOND) and hasattr(report, "duration"):
+            if worker in (FIRST, SECOND, THIRD) and hasattr(report, "duration"):
                 busy[worker] = busy.get(worker, 0.0) + report.duration
     if busy:
         shown = ", ".join(f"{w} {s / 60:.1f} min" for w, s in sorted(busy.items()))

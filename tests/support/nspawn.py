@@ -76,7 +76,7 @@ RECIPE = 2  # bump when the rootfs recipe changes
 @dataclass(frozen=True)
 class Network:
     """A private bridge of its own for one test module's machines, so modules on
-    different networks run side by side (make test-ansible's two workers)."""
+    different networks run side by side (make test-ansible's workers)."""
 
     bridge: str
     subnet: str  # the first three octets of a /24 only these machines use

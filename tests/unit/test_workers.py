@@ -1,9 +1,10 @@
-"""The two-worker tiers' placement (tests/conftest.py WORKERS): modules that start and
+"""The several-worker tiers' placement (tests/conftest.py WORKERS): modules that start and
 stop this machine's own nginx run in one worker, so none stops it under another's
 deployment. Once, in CI, the tutorial's stop cut the tensor-parallel module's gateway."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from conftest import FIRST, WORKERS
@@ -34,3 +35,12 @@ def test_the_scan_finds_the_ansible_tiers_users_of_this_machines_nginx():
     assert {"test_e2e", "test_tensor_parallel", "test_tutorial"} <= set(
         host_nginx_modules("ansible")
     )
+
+
+def test_each_tier_runs_as_many_workers_as_its_placement_names():
+    # One more worker than groups would idle; one fewer would run two groups in turn.
+    makefile = (TESTS.parent / "Makefile").read_text()
+    for tier, placed in WORKERS.items():
+        recipe = re.search(rf"\$\(PYTEST\) -q -n (\d+) --dist loadgroup .*tests/{tier}\b", makefile)
+        assert recipe, f"make test-{tier} runs no loadgroup workers"
+        assert int(recipe[1]) == len(set(placed.values()) | {FIRST}), tier
