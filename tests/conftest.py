@@ -25,11 +25,10 @@ if IN_CI:
 # listed joins the first). Balanced by the modules' minutes, side by side.
 #
 # ansible, in three workers (2026-12-05): on a fresh 2-core Zen 4 (b72cca8, 44.4 minutes)
-# its two workers were busy 42.0 and 44.3 minutes, a quarter of it waiting with both
-# cores idle (Ansible's ssh round trips, vLLM's /health): process accounting counted 70.9
-# of 96 CPU-minutes from that tier's 12th minute to a fresh Zen 5 run's end (test-runs/
-# 2026-11-29-zen5-fresh-machine-45a3ed7.txt). So a third worker: the routed fleet (about
-# 28 minutes side by side) has one to itself; the modules that use this machine's nginx share
+# its two workers were busy 42.0 and 44.3 minutes; in three (2026-12-05, fresh, 48a929b)
+# 39.1, 40.9 and 40.0, the tier 41.0, both cores 99.96% busy: the tier is bound by CPU
+# here, and a fourth worker would gain nothing. The routed fleet (about
+28 minutes side by side) has one to itself; the modules that use this machine's nginx share
 # another (the end-to-end deployment, the tensor-parallel and the tutorial's, beside the
 # flavors' and foreign paths' renders); the nspawn hosts, the quick start and cloud VMs
 # (each booting machines on a network of its own, support/nspawn.NETWORKS, so any two
