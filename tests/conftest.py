@@ -28,7 +28,7 @@ if IN_CI:
 # its two workers were busy 42.0 and 44.3 minutes; in three (2026-12-05, fresh, 48a929b)
 # 39.1, 40.9 and 40.0, the tier 41.0, both cores 99.96% busy: the tier is bound by CPU
 # here, and a fourth worker would gain nothing. The routed fleet (about
-28 minutes side by side) has one to itself; the modules that use this machine's nginx share
+# 28 minutes side by side) has one to itself; the modules that use this machine's nginx share
 # another (the end-to-end deployment, the tensor-parallel and the tutorial's, beside the
 # flavors' and foreign paths' renders); the nspawn hosts, the quick start and cloud VMs
 # (each booting machines on a network of its own, support/nspawn.NETWORKS, so any two
