@@ -197,8 +197,8 @@ test-serve: venv engine base-image tiny-model
 ansible-tools:
 	@scripts/apt_install.sh systemd-container debootstrap rsync nginx libnginx-mod-http-js
 
-# Three workers (its waits leave cores idle); each module runs whole in the one WORKERS
-# (tests/conftest.py) names.
+# Three workers (3.4 minutes under two on a fresh Zen 4, docs/development.md); each module
+# runs whole in the one WORKERS (tests/conftest.py) names.
 test-ansible: venv planner engine ansible-tools
 	$(PYTEST) -q -n 3 --dist loadgroup --durations=15 tests/ansible  # the slowest, for the time budget
 

@@ -24,18 +24,17 @@ if IN_CI:
 # --dist loadgroup`, and each module runs whole in the worker WORKERS names (a module not
 # listed joins the first). Balanced by the modules' minutes, side by side.
 #
-# ansible, in three workers (2026-12-05): on a fresh 2-core Zen 4 (b72cca8, 44.4 minutes)
-# its two workers were busy 42.0 and 44.3 minutes; in three (2026-12-05, fresh, 48a929b)
-# 39.1, 40.9 and 40.0, the tier 41.0, both cores 99.96% busy: the tier is bound by CPU
-# here, and a fourth worker would gain nothing. The routed fleet (about
-# 28 minutes side by side) has one to itself; the modules that use this machine's nginx share
-# another (the end-to-end deployment, the tensor-parallel and the tutorial's, beside the
-# flavors' and foreign paths' renders); the nspawn hosts, the quick start and cloud VMs
-# (each booting machines on a network of its own, support/nspawn.NETWORKS, so any two
-# run side by side) and lint take the third. On a fresh 2-core Zen 5 (2026-11-29, two
-# workers, 40.5 minutes) the first worker was busy 39.0 minutes, the second 40.4; the
-# pipeline's SIGKILL phase then left the first (about 2 minutes). The tensor-parallel
-# module stays beside the others that use this machine's nginx (tests/unit/test_workers.py).
+# ansible, in three workers. Its modules' minutes (2026-11-25, a 2-core Zen 4, warm,
+# serially): the routed fleet 27.2, the end-to-end deployment 14.0, the nspawn hosts 14.8,
+# the cloud VMs 1.9, the renders and lint 3.7, the tensor-parallel one 1.4 (quick starts 2
+# and 3, the tutorial and the release upgrade came later, 3 to 5 minutes each). So the
+# routed fleet has a worker to itself; the modules that use this machine's nginx share
+# another (tests/unit/test_workers.py), with the flavors' and foreign paths' renders; the
+# nspawn hosts, the quick starts, the cloud VMs and lint take the third. The modules that
+# boot machines each have a network of their own (support/nspawn.NETWORKS), so any two
+# run side by side. On a fresh 2-core Zen 4 the tier took 44.4 minutes in two workers
+# (b72cca8, busy 42.0 and 44.3) and 41.0 in three (48a929b, busy 39.1, 40.9 and 40.0),
+# both cores 99.96% busy: the tier is bound by CPU there, so a fourth would add no CPU.
 #
 # serve (2026-11-26, the same VM, warm): the machine idled 45% of the tier run serially
 # (vmstat; vLLM's start-up is mostly one thread). Its servers have names and ports of
@@ -45,6 +44,7 @@ if IN_CI:
 # and the renders in the other; a build both ask for is one (BuildKit merges the same
 # steps in flight, and keeps them for the later asks).
 FIRST, SECOND, THIRD = "worker-1", "worker-2", "worker-3"
+NAMES = (FIRST, SECOND, THIRD)
 WORKERS = {
     "ansible": {
         "test_routed_fleet": FIRST,
@@ -109,7 +109,7 @@ def pytest_terminal_summary(terminalreporter) -> None:
     for reports in terminalreporter.stats.values():
         for report in reports:
             worker = getattr(report, "nodeid", "").rpartition("@")[2]
-            if worker in (FIRST, SECOND, THIRD) and hasattr(report, "duration"):
+            if worker in NAMES and hasattr(report, "duration"):
                 busy[worker] = busy.get(worker, 0.0) + report.duration
     if busy:
         shown = ", ".join(f"{w} {s / 60:.1f} min" for w, s in sorted(busy.items()))
