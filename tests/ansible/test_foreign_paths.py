@@ -12,12 +12,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.ansible_run import playbook
+from support.ansible_run import planner_zipapp, playbook
+
+from zenvllm.core import compile_cache
+from zenvllm.runtime import compile_dirs
 
 pytestmark = pytest.mark.ansible
 
 
-def run_tasks(tmp_path, tasks: list[tuple[str, str]], variables: dict):
+def run_tasks(tmp_path, tasks: list[tuple[str, str]], variables: dict, *args: str):
     play = [
         {
             "name": "Run role entry points on this machine",
@@ -36,7 +39,7 @@ def run_tasks(tmp_path, tasks: list[tuple[str, str]], variables: dict):
     ]
     path = tmp_path / "play.yml"
     path.write_text(yaml.safe_dump(play))
-    return playbook(playbook_file=str(path), extra_vars=variables)
+    return playbook(*args, playbook_file=str(path), extra_vars=variables)
 
 
 @pytest.fixture
@@ -170,19 +173,51 @@ def test_the_image_roles_absent_keeps_a_ca_file_and_a_login_it_did_not_make(
     assert snapshot(paths["ca"].parent, paths["login"]) == before
 
 
+def compile_cache_vars(tmp_path, root, dirs: list[str]) -> dict:
+    """The compile cache task file's inputs: the planner zipapp under tmp_path (it runs
+    the step), ROOT, and a plan whose instances keep their caches in dirs."""
+    planner_zipapp(tmp_path)
+    return {
+        "zenvllm_instances_lib_dir": str(tmp_path),
+        "zenvllm_instances_compile_cache_dir": str(root),
+        "zenvllm_instances_plan": {"instances": [{"container": {"cache_dir": d}} for d in dirs]},
+    }
+
+
 def test_the_instances_role_refuses_a_compile_cache_directory_it_did_not_make(tmp_path):
     theirs = tmp_path / "cache"
     theirs.mkdir()
     (theirs / "notes.txt").write_text("an operator's files\n")
-    variables = {
-        "zenvllm_instances_compile_cache_dir": str(theirs),
-        "zenvllm_instances_plan": {"instances": []},
-    }
+    variables = compile_cache_vars(tmp_path, theirs, [str(theirs / "site-0" / ("a" * 16))])
     run = run_tasks(tmp_path, [("zenvllm_instances", "compile_cache")], variables)
     assert run.rc != 0
     assert f"{theirs} exists and zenvllm did not make it" in run.output
     assert "zenvllm_instances_compile_cache_dir another path" in run.output
     assert [p.name for p in theirs.iterdir()] == ["notes.txt"]
+
+
+def test_the_instances_role_makes_the_compile_caches_then_changes_nothing(tmp_path):
+    """ROOT root's with its mark, each key's directory the container user's (0700); a
+    check-mode run first writes nothing and says it would, a second run changes nothing."""
+    root = tmp_path / "compile"
+    keys = [root / f"site-{n}" / ("a" * 16) for n in (0, 1)]
+    variables = compile_cache_vars(tmp_path, root, [str(k) for k in keys])
+    task = [("zenvllm_instances", "compile_cache")]
+    check = run_tasks(tmp_path, task, variables, "--check")
+    assert check.rc == 0 and check.changed() == 1, check.output[-3000:]
+    assert not root.exists()
+    made = run_tasks(tmp_path, task, variables)
+    assert made.rc == 0 and made.changed() == 1, made.output[-3000:]
+    assert (root / compile_cache.MARK_FILE).read_text() == compile_dirs.MARK_TEXT
+    assert (root.stat().st_mode & 0o777, root.stat().st_uid) == (0o755, 0)
+    for key in keys:
+        assert (key.stat().st_mode & 0o777, key.stat().st_uid, key.stat().st_gid) == (
+            0o700,
+            10001,
+            10001,
+        )
+    again = run_tasks(tmp_path, task, variables)
+    assert again.rc == 0 and again.changed() == 0, again.output[-3000:]
 
 
 def test_the_instances_role_refuses_a_status_timer_it_did_not_write(tmp_path):

@@ -19,15 +19,16 @@ if sys.version_info < (3, 10):  # noqa: UP036 (ruff assumes 3.10; a host may not
 
 from zenvllm.runtime import (
     commands_calibrate,
+    commands_compile_cache,
     commands_doctor,
     commands_engine,
+    commands_files,
     commands_health,
     commands_model,
     commands_plan,
     commands_preflight,
     commands_revision,
     commands_status,
-    compile_seed,
     console,
 )
 
@@ -40,10 +41,11 @@ raise SystemExit(
             commands_calibrate,
             commands_model,
             commands_engine,
+            commands_files,
             commands_health,
             commands_preflight,
             commands_revision,
-            compile_seed,
+            commands_compile_cache,
         ),
         None,
     )

@@ -9,8 +9,9 @@ import tempfile
 from pathlib import Path
 
 
-def write_atomically(path: Path, content: str | bytes) -> None:
-    """Text is written as UTF-8, bytes as they are."""
+def write_atomically(path: Path, content: str | bytes, mode: int = 0o644) -> None:
+    """Text is written as UTF-8, bytes as they are; the file gets `mode` before it is
+    in place (a secret's 0600 is never wider, even for a moment)."""
     data = content.encode() if isinstance(content, str) else content
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
@@ -19,7 +20,7 @@ def write_atomically(path: Path, content: str | bytes) -> None:
             out.write(data)
             out.flush()
             os.fsync(out.fileno())
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)

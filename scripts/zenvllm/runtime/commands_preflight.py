@@ -1,7 +1,8 @@
 """`python3 -m zenvllm.runtime preflight --deployment D [--file F]... [--profile P]
-[--address A --base-port B --port N...]`: before the instances role writes or starts
-anything, whether its plan would take what is the operator's: an instance file or a
-seccomp profile zenvllm did not write, a planned port another service listens on.
+[--compile-cache DIR] [--address A --base-port B --port N...]`: before the instances role
+writes or starts anything, whether its plan would take what is the operator's: an
+instance file or a seccomp profile zenvllm did not write, a compile cache directory it
+did not make, a planned port another service listens on.
 
 One process on the host for all of it, where the role ran a module per file and per
 port (a grep, a `docker ps`, a wait_for each: 0.2 s of CPU and a connection apiece,
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from zenvllm.core import gate
 from zenvllm.core.errors import UserError
+from zenvllm.runtime import compile_dirs
 from zenvllm.runtime.engine import Cli
 
 # The first lines zenvllm writes in an instance's env file, run script and unit
@@ -72,9 +74,10 @@ def refusals(
     held: Iterable[int],
     where: str,
     base_port: int,
+    compile_cache: Path | None = None,
 ) -> list[str]:
     """Every refusal, in the order the role gave them: the instance files, the
-    planned ports another service holds, the seccomp profile."""
+    planned ports another service holds, the seccomp profile, the compile cache."""
     said = []
     theirs = [str(p) for p in files if foreign(p, INSTANCE_HEADER)]
     if theirs:
@@ -95,6 +98,8 @@ def refusals(
             "it does not manage. Move it away, or give zenvllm_instances_seccomp_profile "
             "another path."
         )
+    if compile_cache is not None:
+        said += [r for r in [compile_dirs.foreign(compile_cache)] if r]
     return said
 
 
@@ -106,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
     held = [p for p in ports if p not in mine and listening(args.address, p)]
     profile = Path(args.profile) if args.profile else None
     files = [Path(f) for f in args.file]
-    said = refusals(files, profile, args.deployment, held, args.address, base_port)
+    cache = Path(args.compile_cache) if args.compile_cache else None
+    said = refusals(files, profile, args.deployment, held, args.address, base_port, cache)
     for line in said:
         print(line, file=sys.stderr)
     return 2 if said else 0
@@ -119,6 +125,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--deployment", required=True, help="the deployment's name")
     p.add_argument("--file", action="append", default=[], help="a file the plan writes")
     p.add_argument("--profile", default="", help="the seccomp profile the plan installs")
+    p.add_argument("--compile-cache", default="", help="the compile cache directory, if kept")
     p.add_argument("--address", default="127.0.0.1", help="where the instances listen")
     p.add_argument("--base-port", default="0", help="zenvllm_instances_base_port, for the fix")
     p.add_argument("--port", action="append", default=[], help="a port the plan listens on")

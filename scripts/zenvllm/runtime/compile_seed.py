@@ -15,22 +15,13 @@ undone. Standard library only.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import shutil
 from pathlib import Path
 
 from zenvllm.core import compile_cache, gate
 from zenvllm.core.errors import UserError
-
-FIX = "give zenvllm_instances_compile_cache_dir a directory zenvllm made, or ''"
-
-
-def marked(root: Path) -> bool:
-    """Whether ROOT is zenvllm's: its mark file starts with the mark (by content)."""
-    text = gate.read_text(root / compile_cache.MARK_FILE, gate.SMALL, FIX, optional=True)
-    return text is not None and text.startswith(compile_cache.MARK)
+from zenvllm.runtime.compile_dirs import FIX, marked
 
 
 def inside(root: Path, path: Path) -> Path:
@@ -86,21 +77,3 @@ def seed(root: Path, here: Path, siblings: list[Path]) -> Path | None:
             ) from None
         return there
     return None
-
-
-def run_seed(args: argparse.Namespace) -> int:
-    there = seed(args.root, args.here, args.siblings)
-    print(json.dumps({"changed": there is not None, "from": str(there) if there else None}))
-    return 0
-
-
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = subparsers.add_parser(
-        "compile-cache", help="start an instance's empty compile cache from a sibling's"
-    )
-    verbs = p.add_subparsers(dest="action", required=True)
-    s = verbs.add_parser("seed", help="fill HERE from the first SIBLING that has files")
-    s.add_argument("--root", type=Path, required=True, help="the marked compile cache directory")
-    s.add_argument("here", type=Path, help="the instance's directory for its key")
-    s.add_argument("siblings", type=Path, nargs="*", help="its siblings' directories, in order")
-    s.set_defaults(func=run_seed)
