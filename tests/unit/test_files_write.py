@@ -72,6 +72,17 @@ def test_only_a_file_that_differs_is_written_and_dry_run_writes_nothing(tmp_path
     assert unit.stat().st_ino == before  # untouched: not replaced
 
 
+def test_a_longer_or_shorter_file_on_the_host_is_replaced(tmp_path):
+    """A new plan's run script shorter than the host's (e2e's rollout) or longer."""
+    files = files_in(tmp_path)
+    written(write(files))
+    for content in ("#!/bin/sh\n", "#!/bin/sh\n" + "# a longer script\n" * 200):
+        changed = [{**files[2], "content": content}]
+        assert written(write(changed)) == [files[2]["path"]]
+        assert Path(files[2]["path"]).read_text() == content
+        assert written(write(changed)) == []
+
+
 def test_dry_run_on_a_fresh_host_names_every_file(tmp_path):
     files = files_in(tmp_path / "etc")
     assert written(write(files, "--dry-run")) == [f["path"] for f in files]
