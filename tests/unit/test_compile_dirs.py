@@ -61,6 +61,16 @@ def test_a_fresh_root_is_made_marked_with_each_key_then_nothing_changes(tmp_path
     assert said(prepare(root, *wanted)) == []
 
 
+def test_a_root_whose_parents_are_missing_is_made_with_them(tmp_path):
+    """/var/cache/zenvllm/compile on a fresh host: /var/cache/zenvllm is not there yet."""
+    root = tmp_path / "var" / "cache" / "zenvllm" / "compile"
+    assert said(prepare(root, *keys(root), dry_run=True))[0] == str(root)
+    assert not (tmp_path / "var").exists()
+    assert said(prepare(root, *keys(root)))[0] == str(root)
+    assert mode(root.parent) == 0o755 and mode(root) == 0o755
+    assert said(prepare(root, *keys(root))) == []
+
+
 def test_dry_run_says_what_it_would_make_and_writes_nothing(tmp_path):
     root = tmp_path / "compile"
     wanted = keys(root)

@@ -129,6 +129,8 @@ def prepare(root: Path, dirs: list[Path], owner: str, dry_run: bool) -> list[str
         raise UserError(refused)
     uid, gid = ids(owner)
     parts = [inside(root, path) for path in dirs]
+    if not dry_run:  # its parents too, where missing (/var/cache on a fresh host), as root's
+        os.makedirs(root.parent, mode=ROOT_MODE, exist_ok=True)
     done = [str(root)] if settled(root, ROOT_MODE, *ME, dry_run) else []
     mark = root / compile_cache.MARK_FILE
     if not mark_whole(mark):
