@@ -1,8 +1,10 @@
-"""`zenvllm ...` as an operator types it, run on this checkout's package by the test's
-own Python: the one runner of the command line in the tests, and what a refusal is."""
+"""`zenvllm ...` as an operator types it, and `python3 -m zenvllm.runtime ...` as the
+roles run it on a host, each on this checkout's package by the test's own Python: the
+one runner of the command lines in the tests, and what a refusal is."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -18,12 +20,14 @@ def zenvllm(
     env: dict[str, str] | None = None,
     timeout: float = 600,
     stdin: str | None = None,
+    package: str = "zenvllm",
 ) -> subprocess.CompletedProcess:
     """The command's result (never raised on); `env` over this process's environment,
-    the checkout's package first; `stdin` what it reads. A traceback is a bug whatever
-    the exit code: an operator gets a message naming the value, the limit and the fix."""
+    the checkout's package first; `stdin` what it reads; `package` the entry point
+    (zenvllm.runtime: the host's). A traceback is a bug whatever the exit code: an
+    operator gets a message naming the value, the limit and the fix."""
     done = subprocess.run(
-        [sys.executable, "-m", "zenvllm", *args],
+        [sys.executable, "-m", package, *args],
         input=stdin,
         capture_output=True,
         text=True,
@@ -43,3 +47,19 @@ def refused(done: subprocess.CompletedProcess, *says: str) -> str:
     for text in says:
         assert text in done.stderr, (text, done.stderr)
     return done.stderr
+
+
+def runtime(
+    *args: str, stdin: str | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess:
+    """`python3 -m zenvllm.runtime ARGS`, as the roles run it on a host."""
+    return zenvllm(*args, stdin=stdin, timeout=timeout, package="zenvllm.runtime")
+
+
+def reported(done: subprocess.CompletedProcess) -> list[str]:
+    """The paths a host step that writes says it wrote, or would ({"changed", "paths"}:
+    files write, compile-cache prepare), after it succeeded."""
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["changed"] == bool(out["paths"])
+    return out["paths"]

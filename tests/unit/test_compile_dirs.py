@@ -4,27 +4,15 @@ refuses; and the preflight's refusal of a compile cache directory zenvllm did no
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
+
+from support.cli import reported, runtime
 
 from zenvllm.core import compile_cache
 from zenvllm.runtime import compile_dirs
 
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 ME = f"{os.geteuid()}:{os.getegid()}"
-
-
-def runtime(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "zenvllm.runtime", *args],
-        env={**os.environ, "PYTHONPATH": str(SCRIPTS)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def prepare(root: Path, *dirs: Path, owner: str = ME, dry_run: bool = False):
@@ -36,13 +24,6 @@ def keys(root: Path) -> list[Path]:
     return [root / "site-0" / ("a" * 16), root / "site-1" / ("b" * 16)]
 
 
-def said(done: subprocess.CompletedProcess[str]) -> list[str]:
-    assert done.returncode == 0, done.stderr
-    out = json.loads(done.stdout)
-    assert out["changed"] == bool(out["paths"])
-    return out["paths"]
-
-
 def mode(path: Path) -> int:
     return path.stat().st_mode & 0o7777
 
@@ -50,7 +31,7 @@ def mode(path: Path) -> int:
 def test_a_fresh_root_is_made_marked_with_each_key_then_nothing_changes(tmp_path):
     root = tmp_path / "compile"
     wanted = keys(root)
-    made = said(prepare(root, *wanted))
+    made = reported(prepare(root, *wanted))
     mark = root / compile_cache.MARK_FILE
     assert made == [str(root), str(mark), *(str(p) for k in wanted for p in (k.parent, k))]
     assert mark.read_text() == compile_dirs.MARK_TEXT
@@ -58,43 +39,43 @@ def test_a_fresh_root_is_made_marked_with_each_key_then_nothing_changes(tmp_path
     assert (mode(root), mode(mark)) == (0o755, 0o644)
     # An instance directory made for a key is made as the key is (Ansible's file module).
     assert [mode(p) for k in wanted for p in (k.parent, k)] == [0o700] * 4
-    assert said(prepare(root, *wanted)) == []
+    assert reported(prepare(root, *wanted)) == []
 
 
 def test_a_root_whose_parents_are_missing_is_made_with_them(tmp_path):
     """/var/cache/zenvllm/compile on a fresh host: /var/cache/zenvllm is not there yet."""
     root = tmp_path / "var" / "cache" / "zenvllm" / "compile"
-    assert said(prepare(root, *keys(root), dry_run=True))[0] == str(root)
+    assert reported(prepare(root, *keys(root), dry_run=True))[0] == str(root)
     assert not (tmp_path / "var").exists()
-    assert said(prepare(root, *keys(root)))[0] == str(root)
+    assert reported(prepare(root, *keys(root)))[0] == str(root)
     assert mode(root.parent) == 0o755 and mode(root) == 0o755
-    assert said(prepare(root, *keys(root))) == []
+    assert reported(prepare(root, *keys(root))) == []
 
 
 def test_dry_run_says_what_it_would_make_and_writes_nothing(tmp_path):
     root = tmp_path / "compile"
     wanted = keys(root)
-    would = said(prepare(root, *wanted, dry_run=True))
+    would = reported(prepare(root, *wanted, dry_run=True))
     assert not root.exists()
-    assert would == said(prepare(root, *wanted))
+    assert would == reported(prepare(root, *wanted))
     (root / compile_cache.MARK_FILE).write_text(f"{compile_cache.MARK} an older release's\n")
     wanted[0].chmod(0o755)
-    assert said(prepare(root, *wanted, dry_run=True)) == [
+    assert reported(prepare(root, *wanted, dry_run=True)) == [
         str(root / compile_cache.MARK_FILE),
         str(wanted[0]),
     ]
     assert mode(wanted[0]) == 0o755
-    assert said(prepare(root, *wanted)) == [str(root / compile_cache.MARK_FILE), str(wanted[0])]
+    assert reported(prepare(root, *wanted)) == [str(root / compile_cache.MARK_FILE), str(wanted[0])]
     assert mode(wanted[0]) == 0o700
     assert (root / compile_cache.MARK_FILE).read_text() == compile_dirs.MARK_TEXT
 
 
 def test_an_existing_instance_directory_is_left_as_it_is(tmp_path):
     root = tmp_path / "compile"
-    said(prepare(root))
+    reported(prepare(root))
     (root / "site-0").mkdir(mode=0o755)
     (root / "site-0").chmod(0o751)
-    made = said(prepare(root, root / "site-0" / ("a" * 16)))
+    made = reported(prepare(root, root / "site-0" / ("a" * 16)))
     assert made == [str(root / "site-0" / ("a" * 16))]
     assert mode(root / "site-0") == 0o751
 
@@ -122,14 +103,20 @@ def test_a_directory_zenvllm_did_not_make_is_refused_untouched(tmp_path):
 
 def test_a_link_where_a_directory_goes_and_a_path_outside_are_refused(tmp_path):
     root = tmp_path / "compile"
-    said(prepare(root))
+    reported(prepare(root))
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    (root / "site-0").symlink_to(elsewhere)
+    (root / "site-0").symlink_to(elsewhere)  # out of ROOT once followed
     done = prepare(root, root / "site-0" / ("a" * 16))
     assert done.returncode == 2, done.stdout
-    assert f"{root / 'site-0'} is a symbolic link, not a directory" in done.stderr
+    assert "is not inside the compile cache directory" in done.stderr
     assert list(elsewhere.iterdir()) == []
+    (root / "other").mkdir()
+    (root / "site-1").symlink_to(root / "other")  # inside ROOT, but not a directory of its own
+    done = prepare(root, root / "site-1" / ("b" * 16))
+    assert done.returncode == 2, done.stdout
+    assert f"{root / 'site-1'} is a symbolic link, not a directory" in done.stderr
+    assert list((root / "other").iterdir()) == []
     done = prepare(root, tmp_path / "site-9" / ("c" * 16))
     assert done.returncode == 2
     assert "is not inside the compile cache directory" in done.stderr
@@ -148,7 +135,7 @@ def test_preflight_refuses_a_compile_cache_directory_zenvllm_did_not_make(tmp_pa
     theirs = tmp_path / "theirs"
     theirs.mkdir()
     ours = tmp_path / "ours"
-    said(prepare(ours))
+    reported(prepare(ours))
     argv = ["preflight", "--deployment", "site", "--compile-cache"]
     assert runtime(*argv, str(ours)).returncode == 0
     assert runtime(*argv, str(tmp_path / "not-yet")).returncode == 0

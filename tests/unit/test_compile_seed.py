@@ -6,23 +6,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
+
+from support.cli import runtime
 
 from zenvllm.core import compile_cache
 
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
-
 
 def seed(root: Path, *paths: Path) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "zenvllm.runtime", "compile-cache", "seed", "--root", str(root)]
-    return subprocess.run(
-        [*argv, *map(str, paths)],
-        env={**os.environ, "PYTHONPATH": str(SCRIPTS)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return runtime("compile-cache", "seed", "--root", str(root), *map(str, paths))
 
 
 def cache_root(tmp: Path, mark: str = compile_cache.MARK) -> Path:

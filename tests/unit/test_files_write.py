@@ -4,31 +4,15 @@ instances role runs it, on real files: what it writes, what it leaves, what it r
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+from support.cli import reported, runtime
 
 
 def write(files: list[dict] | str, *args: str) -> subprocess.CompletedProcess[str]:
     stdin = files if isinstance(files, str) else json.dumps({"files": files})
-    return subprocess.run(
-        [sys.executable, "-m", "zenvllm.runtime", "files", "write", *args],
-        env={**os.environ, "PYTHONPATH": str(SCRIPTS)},
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
-def written(done: subprocess.CompletedProcess[str]) -> list[str]:
-    assert done.returncode == 0, done.stderr
-    out = json.loads(done.stdout)
-    assert out["changed"] == bool(out["paths"])
-    return out["paths"]
+    return runtime("files", "write", *args, stdin=stdin)
 
 
 def mode(path: Path) -> int:
@@ -49,24 +33,24 @@ def files_in(tmp: Path) -> list[dict]:
 
 def test_files_are_written_with_their_modes_then_nothing_changes(tmp_path):
     files = files_in(tmp_path)
-    assert written(write(files)) == [f["path"] for f in files]
+    assert reported(write(files)) == [f["path"] for f in files]
     for f in files:
         path = Path(f["path"])
         assert path.read_text() == f["content"]
         assert mode(path) == int(f["mode"], 8)
-    assert written(write(files)) == []
+    assert reported(write(files)) == []
 
 
 def test_only_a_file_that_differs_is_written_and_dry_run_writes_nothing(tmp_path):
     files = files_in(tmp_path)
-    written(write(files))
+    reported(write(files))
     env, unit, script = (Path(f["path"]) for f in files)
     env.write_text("A=2\n")
     script.chmod(0o755)
     before = unit.stat().st_ino
-    assert written(write(files, "--dry-run")) == [str(env), str(script)]
+    assert reported(write(files, "--dry-run")) == [str(env), str(script)]
     assert env.read_text() == "A=2\n" and mode(script) == 0o755
-    assert written(write(files)) == [str(env), str(script)]
+    assert reported(write(files)) == [str(env), str(script)]
     assert env.read_text() == files[0]["content"] and mode(env) == 0o600
     assert mode(script) == 0o750
     assert unit.stat().st_ino == before  # untouched: not replaced
@@ -75,21 +59,21 @@ def test_only_a_file_that_differs_is_written_and_dry_run_writes_nothing(tmp_path
 def test_a_longer_or_shorter_file_on_the_host_is_replaced(tmp_path):
     """A new plan's run script shorter than the host's (e2e's rollout) or longer."""
     files = files_in(tmp_path)
-    written(write(files))
+    reported(write(files))
     for content in ("#!/bin/sh\n", "#!/bin/sh\n" + "# a longer script\n" * 200):
         changed = [{**files[2], "content": content}]
-        assert written(write(changed)) == [files[2]["path"]]
+        assert reported(write(changed)) == [files[2]["path"]]
         assert Path(files[2]["path"]).read_text() == content
-        assert written(write(changed)) == []
+        assert reported(write(changed)) == []
 
 
 def test_dry_run_on_a_fresh_host_names_every_file(tmp_path):
     files = files_in(tmp_path / "etc")
-    assert written(write(files, "--dry-run")) == [f["path"] for f in files]
+    assert reported(write(files, "--dry-run")) == [f["path"] for f in files]
     assert not (tmp_path / "etc").exists()
 
 
-def test_bad_input_is_refused_and_nothing_is_written(tmp_path):
+def test_bad_input_is_refused_and_nothing_is_reported(tmp_path):
     good = files_in(tmp_path)[0]
     cases = {
         "not json": "files[",

@@ -11,16 +11,12 @@ from pathlib import Path
 
 from zenvllm.core.errors import UserError
 from zenvllm.runtime import compile_dirs, compile_seed
-
-
-def done(paths: list[str]) -> int:
-    print(json.dumps({"changed": bool(paths), "paths": paths}))
-    return 0
+from zenvllm.runtime.commands_files import report
 
 
 def run_prepare(args: argparse.Namespace) -> int:
     try:
-        return done(compile_dirs.prepare(args.root, args.dirs, args.owner, args.dry_run))
+        return report(compile_dirs.prepare(args.root, args.dirs, args.owner, args.dry_run))
     except OSError as err:
         raise UserError(f"could not make the compile caches under {args.root}: {err}") from None
 

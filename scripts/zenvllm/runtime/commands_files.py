@@ -84,11 +84,16 @@ def write(files: list[Wanted], dry_run: bool) -> list[str]:
     return [str(f.path) for f in changed]
 
 
-def run_write(args: argparse.Namespace) -> int:
-    text = gate.read_stream(sys.stdin.buffer, FILES_CAP, "the files on stdin", FIX)
-    paths = write(wanted(gate.parse_json(text, "the files on stdin", FIX)), args.dry_run)
+def report(paths: list[str]) -> int:
+    """What a step that writes on the host did (or would do), for the role's changed_when;
+    compile-cache prepare says it so too."""
     print(json.dumps({"changed": bool(paths), "paths": paths}))
     return 0
+
+
+def run_write(args: argparse.Namespace) -> int:
+    text = gate.read_stream(sys.stdin.buffer, FILES_CAP, "the files on stdin", FIX)
+    return report(write(wanted(gate.parse_json(text, "the files on stdin", FIX)), args.dry_run))
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -72,11 +72,12 @@ def ids(owner: str) -> tuple[int, int]:
     return uid, gid
 
 
-def inside(root: Path, path: Path) -> tuple[str, ...]:
-    """path's parts below ROOT, refused unless it lies below it."""
-    if root not in path.parents:
+def inside(root: Path, path: Path) -> Path:
+    """path, refused unless it lies below ROOT as written and once links are followed."""
+    real, top = gate.resolved(path, str(path), FIX), gate.resolved(root, str(root), FIX)
+    if not path.is_relative_to(root) or real == top or top not in real.parents:
         raise UserError(f"{path} is not inside the compile cache directory {root}; {FIX}")
-    return path.relative_to(root).parts
+    return real
 
 
 def directory(path: Path) -> os.stat_result:
@@ -128,7 +129,9 @@ def prepare(root: Path, dirs: list[Path], owner: str, dry_run: bool) -> list[str
     if refused:
         raise UserError(refused)
     uid, gid = ids(owner)
-    parts = [inside(root, path) for path in dirs]
+    for path in dirs:  # every one refused before anything is made
+        inside(root, path)
+    parts = [path.relative_to(root).parts for path in dirs]
     if not dry_run:  # its parents too, where missing (/var/cache on a fresh host), as root's
         os.makedirs(root.parent, mode=ROOT_MODE, exist_ok=True)
     done = [str(root)] if settled(root, ROOT_MODE, *ME, dry_run) else []

@@ -19,17 +19,9 @@ import os
 import shutil
 from pathlib import Path
 
-from zenvllm.core import compile_cache, gate
+from zenvllm.core import compile_cache
 from zenvllm.core.errors import UserError
-from zenvllm.runtime.compile_dirs import FIX, marked
-
-
-def inside(root: Path, path: Path) -> Path:
-    """path, refused unless it lies below ROOT once links are followed."""
-    real, top = gate.resolved(path, str(path), FIX), gate.resolved(root, str(root), FIX)
-    if real == top or top not in real.parents:
-        raise UserError(f"{path} is not inside the compile cache directory {root}; {FIX}")
-    return real
+from zenvllm.runtime.compile_dirs import FIX, inside, marked
 
 
 def filled(path: Path) -> bool:
