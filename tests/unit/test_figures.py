@@ -39,7 +39,12 @@ PAGES = [
 PROSE_PAGES = [
     p
     for p in sorted(DOCS.rglob("*.md"))
-    if p not in GENERATED and not p.is_relative_to(BENCH) and not p.is_relative_to(DOCS / "images")
+    if p not in GENERATED
+    and not p.is_relative_to(BENCH)
+    and not p.is_relative_to(DOCS / "images")
+    # A bench's own table beside its results.json (a run kept in docs/test-runs): its
+    # figures are the run's, checked by bench.check.
+    and not (p.name == "table.md" and (p.parent / "results.json").exists())
 ]
 
 FENCE = re.compile(r"^ *(```|~~~).*?^ *\1", re.M | re.S)

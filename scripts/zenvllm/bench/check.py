@@ -137,8 +137,9 @@ def main(argv: list[str] | None = None) -> int:
         "--agrees-with",
         type=Path,
         metavar="OTHER",
-        help="also require each configuration's ratio to stock within OTHER's spread and "
-        "OTHER's within this run's (OTHER: a run of the same configurations, in another order)",
+        help="also require that no configuration's ratio to stock differs from OTHER's beyond "
+        "their repeats' noise (OTHER: a run of the same configurations, in another order; "
+        "3 repeats or more each)",
     )
     args = parser.parse_args(argv)
     problems = check_outputs(args.out)
