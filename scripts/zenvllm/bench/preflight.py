@@ -5,6 +5,7 @@ in one line, the configurations as --dry-run prints them."""
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import asdict
 from pathlib import Path
 
@@ -53,12 +54,34 @@ def checked_paths(request: flags.BenchRequest) -> tuple[Path, Path, str]:
     if not model_dir.is_dir():
         raise UserError(f"--model {model}: not a directory; give a local model directory")
     out_dir = gate.resolved(out, f"--out {out}", "give a directory")
+    if not request.dry_run:  # a dry run writes nothing
+        check_room(out_dir)
     cache = (
         str(gate.resolved(compile_cache, f"--compile-cache {compile_cache}", "give a directory"))
         if compile_cache
         else ""
     )
     return model_dir, out_dir, cache
+
+
+# The free space a run asks of --out's filesystem before it starts a server: a run of
+# three configurations in three rounds wrote 1.2 MB there (raw client files, tables,
+# plots: docs/test-runs/2026-12-06-zen4-rounds), so room for several. A disk that fills
+# later is still named when a write fails (console.os_error).
+ROOM_BYTES = 8 * 2**20
+
+
+def check_room(out_dir: Path) -> None:
+    """Refuse a run whose outputs would not fit, before anything is measured: the free
+    space of the filesystem `out_dir` will be made on (its nearest existing directory)."""
+    there = next(p for p in (out_dir, *out_dir.parents) if p.is_dir())
+    free = shutil.disk_usage(there).free
+    if free < ROOM_BYTES:
+        raise UserError(
+            f"--out's filesystem has {free // 1024} KiB free ({there}), under the "
+            f"{ROOM_BYTES // 2**20} MiB a run writes there (its clients' raw files, tables "
+            "and plots); nothing was measured; free space there or choose another path"
+        )
 
 
 def describe_host(host: Host) -> str:
