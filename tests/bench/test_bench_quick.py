@@ -287,7 +287,7 @@ def test_a_full_disk_under_out_is_named_and_leaves_nothing(prerequisites, tmp_pa
         )
         assert done.returncode == 2, done.stderr[-3000:]
         assert "--out's filesystem has " in done.stderr, done.stderr[-3000:]
-        assert "under the 8 MiB a run writes there" in done.stderr
+        assert "under the 8 MiB the bench asks for its outputs" in done.stderr
         assert "free space there or choose another path" in done.stderr
         assert "Traceback" not in done.stderr
         assert list(small.iterdir()) == []

@@ -64,7 +64,7 @@ def checked_paths(request: flags.BenchRequest) -> tuple[Path, Path, str]:
     return model_dir, out_dir, cache
 
 
-# The free space a run asks of --out's filesystem before it starts a server: a run of
+# The free space a run asks of --out's filesystem before it measures anything: a run of
 # three configurations in three rounds wrote 1.2 MB there (raw client files, tables,
 # plots: docs/test-runs/2026-12-06-zen4-rounds), so room for several. A disk that fills
 # later is still named when a write fails (console.os_error).
@@ -79,8 +79,9 @@ def check_room(out_dir: Path) -> None:
     if free < ROOM_BYTES:
         raise UserError(
             f"--out's filesystem has {free // 1024} KiB free ({there}), under the "
-            f"{ROOM_BYTES // 2**20} MiB a run writes there (its clients' raw files, tables "
-            "and plots); nothing was measured; free space there or choose another path"
+            f"{ROOM_BYTES // 2**20} MiB the bench asks for its outputs (a run of three "
+            "configurations writes about 1.2 MB: its clients' raw files, tables and plots); "
+            "nothing was measured; free space there or choose another path"
         )
 
 
