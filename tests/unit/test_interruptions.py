@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 from conftest import require
 
+from zenvllm.bench.preflight import check_room
+from zenvllm.core.errors import UserError
+
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 ENV = {**os.environ, "PYTHONPATH": str(SCRIPTS)}
 RENDER = [sys.executable, "-m", "zenvllm", "render", "--target", "vllm-openai"]
@@ -85,3 +88,26 @@ def test_render_onto_a_full_disk_says_so_and_leaves_nothing(small_fs):
     assert "free space there or choose another path" in done.stderr
     assert "Traceback" not in done.stderr
     assert sorted(p.name for p in small_fs.iterdir()) == ["keep.txt"]
+
+
+def test_bench_onto_a_small_disk_is_refused_before_it_measures(small_fs, tmp_path):
+    """`zenvllm bench --out` under 8 MiB free: exit 2 at once, naming the free space and
+    the nearest directory that exists (--out's parents are not made), before the
+    bandwidth or a server; nothing is written there. The same request with room passes
+    the check (bench/preflight.check_room)."""
+    (small_fs / "keep.txt").write_text("the user's\n")
+    model = tmp_path / "model"
+    model.mkdir()
+    argv = [sys.executable, "-m", "zenvllm", "bench", "--model", str(model), "--quick"]
+    done = subprocess.run(
+        [*argv, "--out", str(small_fs / "deeper" / "out")], env=ENV, capture_output=True, text=True
+    )
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert done.stderr.startswith("zenvllm bench: error: --out's filesystem has ")
+    assert f"KiB free ({small_fs}), under the 8 MiB" in done.stderr
+    assert "free space there or choose another path" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert sorted(p.name for p in small_fs.iterdir()) == ["keep.txt"]
+    check_room(tmp_path / "a" / "b")  # the machine's own disk: room
+    with pytest.raises(UserError, match=rf"has \d+ KiB free \({small_fs}\)"):
+        check_room(small_fs)
