@@ -19,7 +19,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from zenvllm.bench import bandwidth, clients, document, gateway, leftovers, order, report, servers
+from zenvllm.bench import (
+    backend,
+    bandwidth,
+    clients,
+    document,
+    gateway,
+    leftovers,
+    order,
+    report,
+    servers,
+)
 from zenvllm.bench.catalogue import STOCK
 from zenvllm.bench.kinds import Kind
 from zenvllm.bench.layouts import Configuration
@@ -128,6 +138,8 @@ def measure_each(
     rounds = order.visits(len(configs), repeats, settings.ordering)
     ran.ordering = order.recorded([c.name for c in configs], rounds, settings.ordering.mode)
     failed: set[str] = set()  # a configuration that fails is not started again
+    if len(rounds) > 1 and not settings.workload.enforce_eager:
+        compile_first(kind, configs, settings, raw, run_id)
     for number, visits in enumerate(rounds, 1):
         for visit in visits:
             config = configs[visit.index]
@@ -147,6 +159,38 @@ def measure_each(
         for name, probe in ran.probes.items():
             ran.facts[name]["cosine_to_stock"] = round(cosine(probe, ran.probes[STOCK]), 6)
     return ran
+
+
+def compile_first(
+    kind: Kind[AnyWorkload],
+    configs: list[Configuration],
+    settings: Settings[AnyWorkload],
+    raw: Path,
+    run_id: str,
+) -> None:
+    """In rounds, each configuration whose compile cache is cold is started once before
+    the first round and stopped, unmeasured: a round whose servers compile measured 5 to
+    6% under the later ones on the Zen 5 (docs/benchmarks.md), a drift on the first
+    round alone that the rounds' order does not cancel. One that fails to start here
+    fails again when measured, and is reported there."""
+    for config in configs:
+        if not config.servers:
+            continue
+        specs = [
+            servers.launch_of(s, config, settings, raw, run_id, kind.profiled)
+            for s in config.servers
+        ]
+        if backend.cache_state(tuple(d for spec in specs for d in spec.dirs)) != "cold":
+            continue
+        try:
+            servers.start_servers(
+                config, settings, raw, run_id, f"{config.name}: compiling first (not measured)",
+                kind.profiled,
+            )  # fmt: skip
+        except (RuntimeError, ValueError, OSError) as err:
+            say(f"{config.name}: compiling first failed: {err}")
+        finally:
+            servers.stop(f"{config.name}-compile", config.servers, raw)
 
 
 def measure(
