@@ -30,7 +30,7 @@ from zenvllm.bench import (
     report,
     servers,
 )
-from zenvllm.bench.catalogue import STOCK
+from zenvllm.bench.catalogue import REFERENCE_KIND, STOCK
 from zenvllm.bench.kinds import Kind
 from zenvllm.bench.layouts import Configuration
 from zenvllm.bench.measuring import Measured, Settings, Stage
@@ -174,12 +174,15 @@ def compile_first(
     round alone that the rounds' order does not cancel. One that fails to start here
     fails again when measured, and is reported there."""
     for config in configs:
-        if not config.servers:
+        if not config.servers or config.kind == REFERENCE_KIND:  # scored, never timed
             continue
         specs = [
             servers.launch_of(s, config, settings, raw, run_id, kind.profiled)
             for s in config.servers
         ]
+        told = [" ".join(spec.argv) + "".join(spec.files.values()) for spec in specs]
+        if any("--enforce-eager" in text for text in told):  # fills no cache (a pipeline's)
+            continue
         if backend.cache_state(tuple(d for spec in specs for d in spec.dirs)) != "cold":
             continue
         try:
