@@ -8,10 +8,10 @@ exact test, on ranks) sets them as far apart as the runs' own in a share `p` of 
 deals (SciPy's `mannwhitneyu(method="exact")` gives the same p, to 1e-16, on 150 random
 pairs of runs of 3 to 6 repeats tried by hand: the bench does not carry SciPy for it).
 The runs disagree on a configuration when p <= ALPHA: its repeats in one run sit above
-the other's. Whether each median merely lies within the other run's
-spread (its repeats' lowest and highest) is no test of the order: two runs of three
-repeats drawn from one distribution fail that, both ways, in 12 of the 20 equally likely
-deals of their six repeats (3 times in 5; at five repeats each, 72 of 252). Two runs in
+the other's. Whether each median merely lies within the other run's spread (its
+repeats' lowest and highest) is no test of the order: two runs of three repeats drawn
+from one distribution fail that, both ways, in 12 of the 20 equally likely deals of
+their six repeats (3 times in 5; at five repeats each, 72 of 252). Two runs in
 opposite orders (`--reverse`) that agree show the order did not make the ratios;
 `python -m zenvllm.bench.check RUN --agrees-with OTHER` asks it.
 """
@@ -30,8 +30,8 @@ from zenvllm.bench.document import GENERATION
 
 # What must match for two runs to measure the same thing (a workload field each).
 SAME_WORKLOAD = ("input_len", "output_len", "num_prompts", "concurrency", "enforce_eager")
-# The share of deals at or under which the runs disagree: the lowest three repeats
-# against three can reach (2 of the 20 deals: each run's repeats all above the other's),
+# The share of deals at or under which the runs disagree: the lowest p that three
+# repeats against three can reach (2 of the 20 deals: each run's repeats all above the other's),
 # so a check of the bench's usual three repeats can fail; a run alike in both orders is
 # failed at most this often.
 ALPHA = 0.1
