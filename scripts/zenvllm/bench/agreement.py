@@ -31,9 +31,9 @@ from zenvllm.bench.document import GENERATION
 # What must match for two runs to measure the same thing (a workload field each).
 SAME_WORKLOAD = ("input_len", "output_len", "num_prompts", "concurrency", "enforce_eager")
 # The share of deals at or under which the runs disagree: the lowest p that three
-# repeats against three can reach (2 of the 20 deals: each run's repeats all above the other's),
-# so a check of the bench's usual three repeats can fail; a run alike in both orders is
-# failed at most this often.
+# repeats against three can reach (2 of the 20 deals: each run's repeats all above the
+# other's), so a check of the bench's usual three repeats can fail; a run alike in both
+# orders is failed at most this often.
 ALPHA = 0.1
 # Deals counted one by one up to this many (nine repeats a run: 48,620); beyond, this
 # many drawn with a fixed seed, so a verdict is the same every time it is asked.
