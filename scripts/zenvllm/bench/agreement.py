@@ -24,7 +24,7 @@ import random
 from collections.abc import Iterable
 from typing import Any
 
-from zenvllm.bench import kinds
+from zenvllm.bench import guard, kinds
 from zenvllm.bench.catalogue import STOCK
 from zenvllm.bench.document import GENERATION
 
@@ -87,18 +87,11 @@ def too_few(mine: dict[str, list[float]], theirs: dict[str, list[float]]) -> lis
 
 
 def repeat_ratios(result: dict[str, Any]) -> dict[str, list[float]]:
-    """Each configuration's ratio to stock, repeat by repeat: its output tok/s over stock's
-    repeat of the same number (in rounds, the same round), as the spread pairs them."""
-    stock = {
-        r["repeat"]: r["output_tok_s"]
-        for r in result.get("runs", [])
-        if r["config"] == STOCK and r["output_tok_s"] > 0
-    }
-    ratios: dict[str, list[float]] = {}
-    for r in result.get("runs", []):
-        if r["config"] != STOCK and r["repeat"] in stock:
-            ratios.setdefault(r["config"], []).append(r["output_tok_s"] / stock[r["repeat"]])
-    return ratios
+    """Each configuration's ratio to stock, repeat by repeat (in rounds, round by round),
+    as the speed guard pairs them; those without repeats of their own (the quality
+    reference, scored only) left out."""
+    ratios = {name: guard.repeat_ratios(result, name) for name in by_config(result)}
+    return {name: found for name, found in ratios.items() if found}
 
 
 def deals(count: int, first: int) -> tuple[list[tuple[int, ...]], int]:
