@@ -310,8 +310,8 @@ def test_in_rounds_a_cold_compile_cache_is_filled_before_the_first_round(
 ):
     """Compiled, in rounds: each configuration whose compile cache is cold (an empty
     --compile-cache here) is started once before the first round and stopped, unmeasured,
-    its log kept apart; one whose cache is warm is not, nor one that serves eager (it
-    fills no cache: a pipeline's in vLLM 0.32). The measured rounds are as before."""
+    its log kept apart; one whose cache is warm is not, nor one whose servers ask
+    --enforce-eager of their own (they fill no cache). The measured rounds are as before."""
     if cache == "warm":
         monkeypatch.setattr(backend, "cache_state", lambda dirs: "warm")
     names = ["stock", "auto"]

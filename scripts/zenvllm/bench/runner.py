@@ -19,17 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from zenvllm.bench import (
-    backend,
-    bandwidth,
-    clients,
-    document,
-    gateway,
-    leftovers,
-    order,
-    report,
-    servers,
-)
+from zenvllm.bench import bandwidth, clients, document, gateway, leftovers, order, report, servers
 from zenvllm.bench.catalogue import REFERENCE_KIND, STOCK
 from zenvllm.bench.kinds import Kind
 from zenvllm.bench.layouts import Configuration
@@ -172,18 +162,15 @@ def compile_first(
     the first round and stopped, unmeasured: a round whose servers compile measured 5 to
     6% under the later ones on the Zen 5 (docs/benchmarks.md), a drift on the first
     round alone that the rounds' order does not cancel. One that fails to start here
-    fails again when measured, and is reported there."""
+    fails again when measured, and is reported there. Not the float32 reference (scored,
+    never timed), nor servers of their own --enforce-eager (they fill no cache)."""
     for config in configs:
-        if not config.servers or config.kind == REFERENCE_KIND:  # scored, never timed
+        if not config.servers or config.kind == REFERENCE_KIND:
             continue
-        specs = [
-            servers.launch_of(s, config, settings, raw, run_id, kind.profiled)
-            for s in config.servers
-        ]
-        told = [" ".join(spec.argv) + "".join(spec.files.values()) for spec in specs]
-        if any("--enforce-eager" in text for text in told):  # fills no cache (a pipeline's)
+        if any("--enforce-eager" in s.serve_args for s in config.servers):
             continue
-        if backend.cache_state(tuple(d for spec in specs for d in spec.dirs)) != "cold":
+        specs = servers.launches(config, settings, raw, run_id, kind.profiled)
+        if servers.cache_of(specs) != "cold":
             continue
         try:
             servers.start_servers(

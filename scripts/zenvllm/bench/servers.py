@@ -127,6 +127,22 @@ def launch_of(
     return launch.server_launch(server, container, run_id)
 
 
+def launches(
+    config: Configuration,
+    settings: Settings[AnyWorkload],
+    raw: Path,
+    run_id: str,
+    profiled: bool,
+) -> list[launch.Launch]:
+    """How each of the configuration's servers starts (launch_of)."""
+    return [launch_of(s, config, settings, raw, run_id, profiled) for s in config.servers]
+
+
+def cache_of(specs: list[launch.Launch]) -> str:
+    """Whether the servers' compile cache is warm, cold or none (backend.cache_state)."""
+    return backend.cache_state(tuple(d for spec in specs for d in spec.dirs))
+
+
 def start_servers(
     config: Configuration,
     settings: Settings[AnyWorkload],
@@ -145,7 +161,7 @@ def start_servers(
                 "listens there or pass --base-port"
             )
     say(f"{tag}: starting {config.shape} ({settings.images[config.target]})")
-    specs = [launch_of(s, config, settings, raw, run_id, profiled) for s in config.servers]
+    specs = launches(config, settings, raw, run_id, profiled)
     for spec in specs:
         for path, text in spec.files.items():
             Path(path).write_text(text)
@@ -153,7 +169,7 @@ def start_servers(
             made = Path(path)
             made.mkdir(parents=True, exist_ok=True)
             os.chown(made, *CONTAINER_USER)
-    cache = backend.cache_state(tuple(d for spec in specs for d in spec.dirs))
+    cache = cache_of(specs)
     for spec in specs:
         DOCKER.run(*spec.argv, check=True)
     took = wait_ready([(s.name, s.port) for s in config.servers], settings.start_timeout_s)
