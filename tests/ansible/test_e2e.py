@@ -727,16 +727,16 @@ def rolled_out_one_at_a_time(output: str, watch: HealthWatch) -> None:
 
 
 def test_a_new_model_version_then_a_bad_image_and_a_rollback_fail_no_request(deployment):
-    """Under load through the gateway (short completions, and long streams under way
-    when an instance is replaced), as operations.md's "Upgrade, and roll back" says: a
-    new version of the model (another directory, zenvllm_model_dir) rolls out instance
-    by instance, each taken out of rotation, drained, replaced, health-gated and put
-    back, never both down; then an upgrade to an image that does not start stops at the first
-    instance (out of rotation, its /health never answers within the timeout), the other
-    serves every request, and the attempt stays on record, pending;
-    `-e zenvllm_rollback=true` rolls the last deployed revision (the new model's) out
-    again: both instances run its image and model, no request failed, and `zenvllm
-    status` names the revision, a rollback to the one that served."""
+    """Under load through the gateway (long streams, under way when an instance is
+    replaced), as operations.md's "Upgrade, and roll back" says: a new version of the
+    model (another directory, zenvllm_model_dir) rolls out instance by instance, each
+    taken out of rotation, drained, replaced, health-gated and put back, never both
+    down; then an upgrade to an image that does not start stops at the first instance
+    (out of rotation, its /health never answers within the timeout), the other serves
+    every request, and the attempt stays on record, pending; `-e zenvllm_rollback=true`
+    rolls the last deployed revision (the new model's) out again: both instances run its
+    image and model, no request failed, and `zenvllm status` names the revision, a
+    rollback to the one that served."""
     base, variables = deployment
     version = base / "models" / "tiny-2026-12"  # the model's next version, a new directory
     shutil.copytree(variables["zenvllm_model_dir"], version)
@@ -757,8 +757,11 @@ def test_a_new_model_version_then_a_bad_image_and_a_rollback_fail_no_request(dep
     engine.docker("rm", made)
     key, cafile = gateway.key(DEPLOYMENT), str(gateway.ca(DEPLOYMENT))
     client = {"requests": 100_000, **STEADY, "headers": {"Authorization": f"Bearer {key}"}}
-    load = BackgroundLoad(URL, "tiny-v2", max_tokens=4, cafile=cafile, **client).start()
-    streams = BackgroundLoad(
+    # One client of streams, not a second of short completions beside it: each request
+    # keeps an instance's worker busy-polling for a second after it (about 0.7 of a
+    # core per client, docs/test-runs/2026-12-07-zen4-ansible-tier-serial-cpu.txt), and
+    # a stream an instance being replaced refuses or cuts fails as a short one would.
+    load = BackgroundLoad(
         URL, "tiny-v2", max_tokens=192, stream=True, cafile=cafile, **client
     ).start()
     try:
@@ -787,15 +790,10 @@ def test_a_new_model_version_then_a_bad_image_and_a_rollback_fail_no_request(dep
         load.wait_for(sent + 5)  # and it serves after the rollback too
     finally:
         load.stop()
-        streams.stop()
-        result, streamed = load.join(), streams.join()
+        result = load.join()
         engine.docker("rmi", BROKEN, check=False)
-    print(
-        f"load through the model's upgrade, the bad image and the rollback: "
-        f"{result.summary()}; streams: {streamed.summary()}"
-    )
-    assert result.failed == 0, result.summary()
-    assert streamed.sent >= 4 and streamed.failed == 0, streamed.summary()
+    print(f"streams through the new model, the bad image and the rollback: {result.summary()}")
+    assert result.sent >= 20 and result.failed == 0, result.summary()
     assert {name: inspect(name)["Image"] for name in NAMES} == good
     assert {model_mounted(name) for name in NAMES} == {str(version)}
     assert completion("tiny-v2")["usage"]["completion_tokens"] == 8
