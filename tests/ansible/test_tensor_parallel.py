@@ -87,7 +87,8 @@ def deployment(tmp_path_factory):
     }
     with gateway.nginx_as_found():
         yield variables
-        playbook(extra_vars={**variables, "zenvllm_state": "absent"})
+        if SITE.exists() or (base / "etc").exists():  # the test's own removal did not end it
+            playbook(extra_vars={**variables, "zenvllm_state": "absent"})
         engine.docker("rm", "--force", f"{DEPLOYMENT}-0", check=False)
         SITE.unlink(missing_ok=True)
 
