@@ -20,7 +20,7 @@ import ssl
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -599,11 +599,18 @@ def check_interrupted(rc: int, output: str, etc: Path, name: str, extra: dict, l
     assert not etc.exists() and not Path(extra["zenvllm_gateway_site_path"]).exists()
 
 
+LOG_MARGIN_S = 3
+
+
 def start_log(name: str) -> tuple[float, str]:
     """Seconds from the container's (re)start to vLLM's "Application startup complete",
-    by the engine's own clock, and what that start logged."""
+    by the engine's own clock, and what that start logged. The engine stamps StartedAt
+    after the process has begun to write (on a busy host the launcher's first lines came
+    hundreds of ms before it and a `--since StartedAt` dropped them), so the log is read
+    from a margin before; a restart's previous run wrote nothing in it but its shutdown."""
     started_at = inspect(name)["State"]["StartedAt"]
-    done = engine.docker("logs", "--timestamps", "--since", started_at, name)
+    since = (stamp(started_at) - timedelta(seconds=LOG_MARGIN_S)).isoformat() + "Z"
+    done = engine.docker("logs", "--timestamps", "--since", since, name)
     lines = (done.stdout + done.stderr).splitlines()
     ready = next(line for line in lines if "Application startup complete" in line)
     seconds = (stamp(ready) - stamp(started_at)).total_seconds()
