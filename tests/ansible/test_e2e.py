@@ -609,12 +609,12 @@ def start_log(name: str) -> tuple[float, str]:
     before it in 9 of 15 starts; on a busy one, every launcher line once did, and a
     `--since StartedAt` dropped them), so the log is read from a margin before; a
     restart's previous run wrote nothing in it but its shutdown."""
-    started_at = inspect(name)["State"]["StartedAt"]
-    since = (stamp(started_at) - timedelta(seconds=LOG_MARGIN_S)).isoformat() + "Z"
+    started_at = started(name)
+    since = (started_at - timedelta(seconds=LOG_MARGIN_S)).isoformat() + "Z"
     done = engine.docker("logs", "--timestamps", "--since", since, name)
     lines = (done.stdout + done.stderr).splitlines()
     ready = next(line for line in lines if "Application startup complete" in line)
-    seconds = (stamp(ready) - stamp(started_at)).total_seconds()
+    seconds = (stamp(ready) - started_at).total_seconds()
     return seconds, "\n".join(lines)
 
 
