@@ -65,6 +65,9 @@ NAMES = ["nspawn-a", "nspawn-b"]
 FRESH, OPERATOR, DOCKER_CE = "nspawn-a", "nspawn-b", "nspawn-c"
 THEIRS = "theirs-web"  # the operator's own container on OPERATOR, and its image
 THEIR_IMAGE = "theirs/web:1"
+# A file of the operator's where zenvllm puts its planner's parent directory: that
+# parent is theirs, so zenvllm's removal leaves it.
+THEIR_NOTES = "/opt/zenvllm/operators-notes.txt"
 # The host has no curl before zenvllm installs it; python3 it has.
 THEIRS_ANSWER = (
     "python3 -c \"import urllib.request as u; u.urlopen('http://127.0.0.1:9090/health')\""
@@ -134,6 +137,7 @@ def operators_own_engine(machine, archive: str) -> None:
         f"{THEIR_IMAGE} && docker rmi {STANDIN} && docker run -d --name {THEIRS} --network host "
         f"--restart unless-stopped {THEIR_IMAGE} --host 127.0.0.1 --port 9090",
     )
+    ssh(machine, f"mkdir -p {Path(THEIR_NOTES).parent} && echo 'ours, not zenvllm' > {THEIR_NOTES}")
     ssh(
         machine,
         f"for i in $(seq 30); do {THEIRS_ANSWER} 2>/dev/null && exit; sleep 1; done; exit 1",
@@ -141,7 +145,7 @@ def operators_own_engine(machine, archive: str) -> None:
 
 
 def theirs(host) -> dict:
-    """The operator's container as the engine sees it, and their image."""
+    """The operator's container as the engine sees it, their image and their file."""
     fmt = "{{.Id}} {{.State.StartedAt}} {{.State.Running}} {{.Image}}"
     cid, started, running, image = host.check_output(
         f"docker inspect --format '{fmt}' {THEIRS}"
@@ -154,6 +158,7 @@ def theirs(host) -> dict:
         "tagged": host.check_output(f"docker image inspect --format '{{{{.Id}}}}' {THEIR_IMAGE}"),
         "answers": host.run(THEIRS_ANSWER).rc == 0,
         "engine": host.package("docker.io").version,
+        "notes": host.file(THEIR_NOTES).content_string,
     }
 
 
@@ -253,7 +258,8 @@ def test_check_mode_on_fresh_hosts_changes_nothing(hosts, theirs_before):
         host = infra(inventory, name)
         assert not host.file("/etc/zenvllm").exists
         assert not host.file("/etc/systemd/system/zenvllm-0.service").exists
-        assert not host.file("/opt/zenvllm").exists
+        assert not host.file("/opt/zenvllm/lib").exists
+    assert not infra(inventory, FRESH).file("/opt/zenvllm").exists
 
 
 def test_deploy_then_second_run_changes_nothing(hosts):
@@ -496,6 +502,9 @@ def test_undeploy_removes_what_deploy_made_and_again_changes_nothing(hosts):
         assert host.check_output("ls /etc/systemd/system | grep -c '^zenvllm' || true") == "0"
         for path in ("/etc/zenvllm", "/opt/zenvllm/lib", "/etc/nginx/conf.d/zenvllm.conf"):
             assert not host.file(path).exists, path
+        assert not host.file("/opt/zenvllm/.zenvllm-parent").exists
+        # The parent zenvllm made goes; the operator's, with their file in it, stays.
+        assert host.file("/opt/zenvllm").exists == (name == OPERATOR)
         assert not host.file(SYSCTL_FILE).exists
         assert "/dev/shm" not in host.file("/etc/fstab").content_string
         # What it keeps: the model, the image, the engine and nginx (no longer serving it).
@@ -695,7 +704,7 @@ def test_a_release_installed_as_written_upgrades_the_operators_deployment(
         gone = operator("zenvllm.cpu.deploy", {**given, "zenvllm_state": "absent"})
         assert gone.rc == 0 and gone.failed() == 0, gone.output[-6000:]
     assert host.check_output("docker ps --all --quiet --filter label=zenvllm.managed") == ""
-    for path in ("/opt/zenvllm/lib", "/etc/zenvllm", f"/etc/docker/certs.d/{reg.address}"):
+    for path in ("/opt/zenvllm", "/etc/zenvllm", f"/etc/docker/certs.d/{reg.address}"):
         assert not host.file(path).exists, path
     assert host.run(f"docker image inspect {image}").rc == 0  # the image stays
 

@@ -1288,10 +1288,12 @@ def test_absent_removes_the_router_the_monitoring_and_the_firewall(fleet):
         " dpkg -s prometheus prometheus-node-exporter"
         " prometheus-alertmanager;"
         f" nft list table inet {DEPLOYMENT.replace('-', '_')}_firewall; ls /opt/zenvllm/router;"
+        " test -e /opt/zenvllm && echo opt-zenvllm-left;"
         " ls /etc/systemd/system/zenvllm-status.* /var/lib/prometheus/node-exporter/zenvllm.prom",
         check=False,
     )
     assert "zenvllm-status" not in gone.stdout and "zenvllm.prom" not in gone.stdout
+    assert "opt-zenvllm-left" not in gone.stdout  # the parent the router's venv was made in
     assert f"{DEPLOYMENT}-router" not in gone.stdout, gone.stdout
     assert "vllm-router" not in gone.stdout and "Status: install ok" not in gone.stdout, gone.stdout
     assert not fleet.containers(ROUTER_HOST) and not fleet.containers("here")

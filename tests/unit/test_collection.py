@@ -64,3 +64,20 @@ def test_the_role_marks_the_compile_cache_as_the_package_names_it():
     )
     assert role_vars["zenvllm_instances_compile_cache_mark_file"] == compile_cache.MARK_FILE
     assert role_vars["zenvllm_instances_compile_cache_mark"] == compile_cache.MARK
+
+
+def test_the_two_roles_that_share_opt_zenvllm_mark_it_alike():
+    """The instances and router roles both make /opt/zenvllm where it is missing, and
+    whichever removes last takes it away by the other's mark too."""
+    marks = {
+        role: yaml.safe_load((COLLECTION / "roles" / role / "vars" / "main.yml").read_text())
+        for role in ("zenvllm_instances", "zenvllm_router")
+    }
+    assert (
+        marks["zenvllm_instances"]["zenvllm_instances_parent_marker"]
+        == marks["zenvllm_router"]["zenvllm_router_parent_marker"]
+    )
+    assert (
+        marks["zenvllm_instances"]["zenvllm_instances_parent_marker_text"]
+        == marks["zenvllm_router"]["zenvllm_router_parent_marker_text"]
+    )
