@@ -30,6 +30,7 @@ pytestmark = pytest.mark.bench
 
 IMAGE = "zenvllm/vllm-openai:0.32.0"
 QUICK_TIMEOUT_S = 1500
+DEAD_RUN = f"{launch.BENCH_LABEL}=0dead000"  # a run that no longer runs
 # Ports of its own, so a `make bench` running on the defaults (8401+) is left alone.
 BASE_PORT = 8601
 
@@ -83,6 +84,9 @@ def quick(prerequisites, nginx_before, tmp_path_factory):
     work = tmp_path_factory.mktemp("bench")
     out = work / "out"
     before = leftovers()
+    # What a run killed past its clean-up leaves (CI's time limit did, 2026-12-07): a
+    # stopped container of its own under the name the plan's first server takes.
+    engine("create", "--name", f"zenvllm-bench-{BASE_PORT}-0", "--label", DEAD_RUN, IMAGE)
     start = time.monotonic()
     # A relative --out, as `make bench` passes it (docker needs absolute mount paths).
     args = ["--quick", "--gateway", "deploy", "--base-port", str(BASE_PORT)]
@@ -102,6 +106,38 @@ def test_progress_is_shown_while_it_runs(quick):
     assert "] gateway: deploying with zenvllm's playbooks/deploy.yml" in stdout
     assert "warm-up" in stdout
     assert "| Model | stock |" in stdout  # the table is printed at the end
+
+
+def test_a_stopped_container_an_earlier_run_left_is_removed_before_its_name_is_taken(quick):
+    _, stdout, _ = quick
+    name = f"zenvllm-bench-{BASE_PORT}-0"
+    assert f"removing {name}: a stopped container bench run 0dead000 left behind" in stdout
+    assert bench_containers("0dead000") == []
+
+
+def test_a_container_not_the_benchs_under_a_name_it_needs_is_refused_and_kept(
+    prerequisites, tmp_path
+):
+    """Refused before any server starts, exit 2, the container named with the way out,
+    and kept as it was: the bench removes only its own runs' stopped containers."""
+    port = BASE_PORT + 70
+    theirs = f"zenvllm-bench-reference-{port}"  # the quick run's first server
+    engine("create", "--name", theirs, IMAGE)
+    try:
+        done = zenvllm_bench(
+            *("--quick", "--configs", "stock", "--base-port", str(port)),
+            *("--model", str(prerequisites), "--out", str(tmp_path / "out")),
+            capture_output=True,
+            timeout=300,
+        )
+        assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+        says = done.stdout + done.stderr
+        assert f"a container named {theirs} already exists (not zenvllm bench's)" in says
+        assert f"docker rm -f {theirs}" in says and "Traceback" not in says
+        assert len(named(theirs)) == 1 and not (tmp_path / "out").exists()
+        assert named(f"zenvllm-bench-stock-{port}") == []
+    finally:
+        engine("rm", "-f", theirs)
 
 
 def test_batch1_is_measured_for_each_configuration_with_servers(quick):

@@ -18,7 +18,7 @@ BENCH = Path(__file__).resolve().parents[2] / "docs" / "bench"
 XEON_AMX = (("amx_bf16", "avx512_bf16", "avx512f"), "Sapphire Rapids")
 ZEN5 = (("avx512_bf16", "avx512f"), "Zen 5")
 ZEN4 = (("avx512_bf16", "avx512f"), "Zen 4")
-AVX2_VIEW = (("avx2",), "Zen 3")  # a Xeon's cores held to AVX2 kernels
+ZEN3 = (("avx2",), "Zen 3")
 RUNS = {
     "qwen0.5b": XEON_AMX,
     "qwen1.5b": XEON_AMX,
@@ -27,8 +27,8 @@ RUNS = {
     "qwen0.5b-zen": ZEN5,
     "qwen0.5b-zen-algo2": ZEN5,
     "qwen0.5b-split": ZEN4,
-    "qwen0.5b-avx2-view": AVX2_VIEW,
-    "qwen0.5b-avx2-view-2": AVX2_VIEW,
+    "qwen0.5b-zen3": ZEN3,
+    "qwen0.5b-zen3-emulated-bf16": ZEN3,
 }
 
 

@@ -26,6 +26,7 @@ from zenvllm.bench import (
     report,
     results,
     roofline,
+    servers,
     tables,
     workloads,
 )
@@ -748,3 +749,14 @@ def test_a_server_in_float32_counts_twice_the_bf16_bytes_per_step():
     assert roofline.step_bytes(auto, TINY.weight_bytes) == 2 * TINY.weight_bytes
     on_zen4, _ = layouts.resolve(names, host("test-machine-zen4-2cpu"), TINY, 8401, 512)
     assert {s.weight_bytes for c in on_zen4 for s in c.servers} == {0}
+
+
+def test_only_a_stopped_container_of_a_bench_run_is_cleared_from_a_name():
+    assert servers.in_the_way("zenvllm-bench-8401-0", "auto", "false 0dead000\n") == "0dead000"
+    for inspected, says in [
+        ("true 0dead000", "still running, of bench run 0dead000"),
+        ("false <no value>", "not zenvllm bench's"),
+        ("true <no value>", "not zenvllm bench's"),
+    ]:
+        with pytest.raises(UserError, match=f"zenvllm-bench-8401-0 already exists \\({says}\\)"):
+            servers.in_the_way("zenvllm-bench-8401-0", "auto", inspected)

@@ -135,7 +135,18 @@ def test_each_pair_of_dtypes_is_judged_against_runs_of_that_pair_only(recorded, 
     assert guard.judge(half_b, [*recorded, avx2])[0]  # bf16 runs keep their own floor
 
 
-def test_the_sabotaged_plan_takes_away_what_the_plan_gains_on_its_cpu():
-    assert guard.sabotaged("bfloat16", "bfloat16") == "auto-stock-bind"
-    assert guard.sabotaged("bfloat16", "float32") == "auto-stock-dtype"
-    assert {"auto-stock-bind", "auto-stock-dtype"} <= set(catalogue.SPECS)
+def test_the_sabotaged_plan_is_a_configuration_the_bench_runs():
+    assert guard.SABOTAGED == "auto-stock-bind"
+    assert {guard.SABOTAGED, "auto-stock-dtype"} <= set(catalogue.SPECS)
+
+
+def test_the_runs_under_the_avx2_view_are_kept_apart_from_the_real_cpus():
+    """A real Zen 3's float32 runs set their own floor, far above the view's 1.0x."""
+    real = guard.recorded_documents()
+    view = guard.recorded_documents(guard.RECORDED / "avx2-view")
+    assert view and all("7763" in d["meta"]["host"] for d in view)
+    assert not any("7763" in d["meta"]["host"] for d in real)
+    limit, basis = guard.floor(real, "bench-0.5b", 2, ("float32", "float32")) or (0, "")
+    assert limit > 1.3 and "in 1 run(s)" in basis, basis
+    below, _ = guard.floor(view, "bench-0.5b", 2, ("float32", "float32")) or (9, "")
+    assert below < 1.0

@@ -32,11 +32,6 @@ from zenvllm.core.performance import Layout, Load, Machine, Shape
 # The flags compute_of reads (and the vector width, for the reader): recorded in meta.
 COMPUTE_FLAGS = (*NATIVE_BF16_FLAGS, "avx512f", "avx2")
 LLAMACPP = "llama.cpp's own engine and scheduler, not vLLM's"
-AVX2_STOCK = (
-    "stock on a CPU without bf16 made the 2-core plan's tokens/s under the AVX2 view "
-    "(30.9 against 31.1); the model counts the one core vLLM's binding gives OpenMP, and "
-    "why both cores count on that path is not established"
-)
 
 
 def meta_of(host: Host, model: Model, copies: Sequence[tuple[str, Model]]) -> dict[str, Any]:
@@ -82,8 +77,6 @@ def why_not(config: Configuration, meta: dict[str, Any]) -> str:
         return "the run recorded no CPU flags (written before the bench did)"
     if (config.servers[0].model_dir or "") not in meta.get("flops_per_token", {}):
         return f"the run recorded no FLOPs per token for {config.servers[0].model_dir}"
-    if config.kind == "stock" and not set(meta["cpu_flags"]) & set(NATIVE_BF16_FLAGS):
-        return AVX2_STOCK
     return ""
 
 

@@ -172,6 +172,7 @@ def compile_first(
         specs = servers.launches(config, settings, raw, run_id, kind.profiled)
         if servers.cache_of(specs) != "cold":
             continue
+        servers.clear_the_way(config)
         try:
             servers.start_servers(
                 config, settings, raw, run_id, f"{config.name}: compiling first (not measured)",
@@ -196,6 +197,7 @@ def measure(
     """One visit of a configuration: its servers started, its endpoints found (the
     gateway deployed), measured by its kind, its servers stopped (their logs kept)
     whatever happens."""
+    servers.clear_the_way(config)
     try:
         started = {}
         if config.servers:

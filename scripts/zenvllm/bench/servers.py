@@ -143,6 +143,20 @@ def cache_of(specs: list[launch.Launch]) -> str:
     return backend.cache_state(tuple(d for spec in specs for d in spec.dirs))
 
 
+def clear_the_way(config: Configuration) -> None:
+    """Before any of its servers starts, and outside what stop() cleans up after them
+    (which removes by name): every port free, so a clash is a clear error rather than a
+    container that never turns healthy, and every name free or held by a bench run's
+    stopped leftover, removed."""
+    for s in config.servers:
+        if port_in_use(s.port):
+            raise UserError(
+                f"port {s.port} is already in use (needed by {config.name}); stop what "
+                "listens there or pass --base-port"
+            )
+        clear_name(s.name, config.name)
+
+
 def start_servers(
     config: Configuration,
     settings: Settings[AnyWorkload],
@@ -151,15 +165,8 @@ def start_servers(
     tag: str,
     profiled: bool,
 ) -> dict[str, Any]:
-    """Check every port is free before starting any server, so a clash is a clear error
-    rather than a container that never turns healthy; then start them and wait: how
-    long, and whether their compile cache was warm."""
-    for s in config.servers:
-        if port_in_use(s.port):
-            raise UserError(
-                f"port {s.port} is already in use (needed by {config.name}); stop what "
-                "listens there or pass --base-port"
-            )
+    """Start the configuration's servers (clear_the_way first) and wait: how long, and
+    whether their compile cache was warm."""
     say(f"{tag}: starting {config.shape} ({settings.images[config.target]})")
     specs = launches(config, settings, raw, run_id, profiled)
     for spec in specs:
@@ -175,6 +182,33 @@ def start_servers(
     took = wait_ready([(s.name, s.port) for s in config.servers], settings.start_timeout_s)
     say(f"{tag}: ready in {took:.0f} s (compile cache: {cache})")
     return {"ready_s": round(took, 1), "compile_cache": cache}
+
+
+# What `docker inspect` says of a container under a name a server needs.
+STATE_FORMAT = f'{{{{.State.Running}}}} {{{{index .Config.Labels "{launch.BENCH_LABEL}"}}}}'
+
+
+def in_the_way(name: str, config: str, inspected: str) -> str:
+    """The bench run whose stopped container holds `name` (`inspected`: STATE_FORMAT's
+    line), which a run killed past its clean-up leaves (CI's time limit, 2026-12-07) and
+    the bench removes; anything else under the name is refused, the way out named."""
+    running, _, run_id = inspected.strip().partition(" ")
+    run_id = "" if run_id == "<no value>" else run_id
+    if running == "false" and run_id:
+        return run_id
+    whose = f"still running, of bench run {run_id}" if run_id else "not zenvllm bench's"
+    raise UserError(
+        f"a container named {name} already exists ({whose}), and {config} needs the name; "
+        f"remove it (docker rm -f {name}) or pass --base-port"
+    )
+
+
+def clear_name(name: str, config: str) -> None:
+    found = DOCKER.run("inspect", "--type", "container", "--format", STATE_FORMAT, name)
+    if found.returncode == 0:  # else: no container of that name
+        run_id = in_the_way(name, config, found.stdout)
+        say(f"removing {name}: a stopped container bench run {run_id} left behind")
+        remove(name)
 
 
 def servers_memory(servers: tuple[layouts.Server, ...]) -> int:

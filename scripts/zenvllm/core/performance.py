@@ -22,16 +22,16 @@ TPOT per request; requests arriving at a rate keep rate x that many in flight (L
 The constants were fitted (least squares of the log error: output tok/s weight 1, the
 bench's TPOT and TTFT and the batch-1 ones 0.3 each) on every vLLM configuration of the
 recorded runs of the 0.5 B and 1.5 B shapes under docs/bench (qwen0.5b, qwen1.5b,
-qwen0.5b-quant, qwen0.5b-quant-layouts, qwen0.5b-zen, qwen0.5b-zen-algo2, qwen0.5b-split,
-qwen0.5b-avx2-view, qwen0.5b-avx2-view-2: 31 configurations on 2-core VMs of four CPUs),
-then rounded: 11.2 ms, 0.50, 1000 / 708 / 281 / 58 GFLOP/s (Zen 4's decode efficiency since
-refitted to 0.6 on its later runs, ZEN4 below), INT4 1.84 (taken as 2). With
-the rounded ones every prediction is within ERROR_BOUND of the measured output tok/s
-(tests/unit/test_performance.py prints the table); fitted without the 1.5 B run they
-predict it within 17%. Not described, so not fitted: llama.cpp's engine, and stock under
-the AVX2 view (measured equal to the 2-core plan, where the model counts the one core
-vLLM's binding gives OpenMP). Every run is 2 cores of one node: nothing here has measured
-a step over tens of cores, a second node or a network hop.
+qwen0.5b-quant, qwen0.5b-quant-layouts, qwen0.5b-zen, qwen0.5b-zen-algo2, qwen0.5b-split),
+then rounded: 11.2 ms, 0.50, 1000 / 708 / 281 GFLOP/s (Zen 4's decode efficiency since
+refitted to 0.6 on its later runs, ZEN4 below), INT4 1.84 (taken as 2); AVX2's two rates
+on a real Zen 3's runs alone, the others held (qwen0.5b-zen3, qwen0.5b-zen3-emulated-bf16,
+2026-12-07; stock there made what one OpenMP core predicts). With the rounded ones every
+prediction is within ERROR_BOUND of the measured output tok/s (tests/unit/test_performance.py
+prints the table); fitted without the 1.5 B run they predict it within 17%. Not described,
+so not fitted: llama.cpp's engine, and the AVX2 view's runs (docs/bench/avx2-view: a
+Xeon's cores on the AVX2 path, not a CPU an operator has). Every run is 2 cores of one
+node: nothing here has measured a step over tens of cores, a second node or a network hop.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import math
 from dataclasses import dataclass
 
 from zenvllm.core import gate
-from zenvllm.core.dtype import EMULATED_BF16_SLOWDOWN, NATIVE_BF16_FLAGS
+from zenvllm.core.dtype import NATIVE_BF16_FLAGS
 from zenvllm.core.errors import UserError
 from zenvllm.core.model import DTYPE_BYTES, Model
 
@@ -73,8 +73,18 @@ ZEN4 = Compute(
     "its decode on qwen0.5b-predicted and a bench tier run",
     decode_efficiency=0.6,
 )
+# A real Zen 3's AVX2 (2026-12-07): the AVX2 view's Xeon cores, on which float32 was first
+# fitted (58 GFLOP/s), made a third less than a real Zen 3 does (the plan 46.6 output tok/s
+# against 31.6 predicted: docs/test-runs/2026-12-07-zen3-fresh-machine-64120a6.txt).
 FLOAT32 = Compute(
-    58.0, "float32 on AVX2, fitted on docs/bench/qwen0.5b-avx2-view* (a Xeon held to AVX2)"
+    90.0,
+    "float32 on a Zen 3's AVX2, fitted on docs/bench/qwen0.5b-zen3*",
+    decode_efficiency=0.6,
+)
+# vLLM's bf16 where the CPU has no bf16 instructions: converted to float32 around each matmul.
+EMULATED_BF16 = Compute(
+    15.0,
+    "bf16 emulated on a Zen 3's AVX2, fitted on docs/bench/qwen0.5b-zen3-emulated-bf16",
 )
 
 
@@ -83,8 +93,7 @@ def compute_of(flags: frozenset[str], generation: str, dtype: str) -> Compute:
     if dtype == "float32":
         return FLOAT32
     if not any(f in flags for f in NATIVE_BF16_FLAGS):
-        slower = FLOAT32.gflops / EMULATED_BF16_SLOWDOWN
-        return Compute(slower, f"bf16 emulated: float32's rate / {EMULATED_BF16_SLOWDOWN:g}")
+        return EMULATED_BF16
     if "amx_bf16" in flags:
         return AMX
     return ZEN5 if generation == "Zen 5" else ZEN4
