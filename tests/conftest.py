@@ -28,9 +28,9 @@ if IN_CI:
 # serially): the routed fleet 27.2, the end-to-end deployment 14.0, the nspawn hosts 14.8,
 # the cloud VMs 1.9, the renders and lint 3.7, the tensor-parallel one 1.4 (quick starts 2
 # and 3, the tutorial and the release upgrade came later, 3 to 5 minutes each). So the
-# routed fleet has a worker to itself; the modules that use this machine's nginx share
-# another (tests/unit/test_workers.py), with the flavors' and foreign paths' renders; the
-# nspawn hosts, the quick starts, the cloud VMs and lint take the third. The modules that
+# routed fleet has a worker, with the renders and lint; the modules that use this
+# machine's nginx share another (tests/unit/test_workers.py); the nspawn hosts, the quick
+# starts and the cloud VMs take the third. The modules that
 # boot machines each have a network of their own (support/nspawn.NETWORKS), so any two
 # run side by side. On a fresh 2-core Zen 4 the tier took 44.4 minutes in two workers
 # (b72cca8, busy 42.0 and 44.3) and 41.0 in three (48a929b, busy 39.1, 40.9 and 40.0),
@@ -49,17 +49,19 @@ WORKERS = {
     "ansible": {
         "test_routed_fleet": FIRST,
         "test_openstack_inventory": FIRST,
+        # Renders and lint beside the fleet, whose worker ended minutes before the other
+        # two on a fresh Zen 3 (busy 48.3 against 54.8 and 53.6 min, 2026-12-07).
+        "test_flavors": FIRST,
+        "test_foreign_paths": FIRST,
+        "test_lint": FIRST,
         # This machine's own nginx serves these three: one worker, or one's stop of it
         # (as found, or at its end) cuts another's gateway (CI, 2026-11-29).
         "test_e2e": SECOND,
         "test_tensor_parallel": SECOND,
         "test_tutorial": SECOND,
-        "test_flavors": SECOND,
-        "test_foreign_paths": SECOND,
         "test_nspawn": THIRD,
         "test_quick_start": THIRD,
         "test_cloud_vms": THIRD,
-        "test_lint": THIRD,
     },
     "serve": {
         "test_serve": FIRST,

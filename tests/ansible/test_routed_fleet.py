@@ -672,14 +672,17 @@ def test_a_rolling_update_across_hosts_fails_nothing(fleet):
     load = fleet.load(100_000, **STEADY)
     try:  # stopped however the deploy ends: its threads would hold pytest's exit
         load.wait_for(6)
+        began, sent_before = time.monotonic(), load.progress.sent
         run = fleet.deploy(zenvllm_serial=1, zenvllm_instances_extra_env=ROLLOUT_ENV)
-        sent_during = load.progress.sent
+        took, sent_during = time.monotonic() - began, load.progress.sent - sent_before
     finally:
         load.stop()
     result = load.join()
-    print(f"rolling update: {result.summary()}")
+    print(f"rolling update: {sent_during} requests in its {took:.0f} s; {result.summary()}")
     assert run.rc == 0 and run.failed() == 0, run.output[-6000:]
-    assert result.failed == 0 and sent_during > 40, result.summary()
+    # The load went on through the whole rollout: a request every 6 s at least (one
+    # client pausing 3 s: STEADY), however long the rollout takes on this CPU.
+    assert result.failed == 0 and sent_during >= took / 6, result.summary()
     for where, old in before.items():
         assert set(fleet.containers(where)).isdisjoint(old), where  # replaced on both hosts
 
