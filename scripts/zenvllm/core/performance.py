@@ -81,7 +81,7 @@ FLOAT32 = Compute(
     "float32 on a Zen 3's AVX2, fitted on docs/bench/qwen0.5b-zen3*",
     decode_efficiency=0.6,
 )
-# vLLM's bf16 where the CPU has no bf16 instructions: converted to float32 around each matmul.
+# vLLM's bf16 where the CPU has no bf16 instructions: torch's fallback, not oneDNN's kernels.
 EMULATED_BF16 = Compute(
     15.0,
     "bf16 emulated on a Zen 3's AVX2, fitted on docs/bench/qwen0.5b-zen3-emulated-bf16",
