@@ -47,7 +47,7 @@ WORKLOAD += ["--stock-dtype", "plan"]
 # of the planner's dtype instead (the plan in stock's bf16).
 VIEW = bool(os.environ.get("ZENVLLM_TEST_AVX2_VIEW"))
 SABOTAGED = "auto-stock-dtype" if VIEW else guard.SABOTAGED
-RECORDED = guard.RECORDED / "avx2-view" if VIEW else guard.RECORDED
+RECORDED = guard.VIEW_RECORDED if VIEW else guard.RECORDED
 
 
 def bench(out: Path, model: Path, *args: str) -> subprocess.CompletedProcess:

@@ -143,7 +143,7 @@ def test_the_sabotaged_plan_is_a_configuration_the_bench_runs():
 def test_the_runs_under_the_avx2_view_are_kept_apart_from_the_real_cpus():
     """A real Zen 3's float32 runs set their own floor, far above the view's 1.0x."""
     real = guard.recorded_documents()
-    view = guard.recorded_documents(guard.RECORDED / "avx2-view")
+    view = guard.recorded_documents(guard.VIEW_RECORDED)
     assert view and all("7763" in d["meta"]["host"] for d in view)
     assert not any("7763" in d["meta"]["host"] for d in real)
     limit, basis = guard.floor(real, "bench-0.5b", 2, ("float32", "float32")) or (0, "")

@@ -37,6 +37,8 @@ PLANNER, BASELINE = "auto", "stock"
 # must see the guard fail it.
 SABOTAGED = "auto-stock-bind"
 RECORDED = data.ROOT.parent.parent / "docs" / "bench"
+# The runs under the AVX2 view, apart: the floor of a run under the view, and no other.
+VIEW_RECORDED = RECORDED / "avx2-view"
 FIX = "run `zenvllm bench --configs stock,auto` into it again"
 
 
