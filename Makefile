@@ -57,11 +57,13 @@ help:
 
 # Two sets of extras (pyproject.toml): `deploy` serves a model (the CLI and Ansible),
 # `dev` adds the tests and linters. `make deploy` installs only the first.
+# No bytecode at install (--no-compile): Python writes it for what is imported, when it
+# is (the dev venv's install took 56 s against 96 on a 2-core Zen 3, 2026-12-08).
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q --no-compile -e '.[dev]'
 	touch $@ $(VENV)/.installed-deploy
 
 venv-deploy: $(VENV)/.installed-deploy
@@ -75,7 +77,7 @@ $(VENV)/.installed-deploy: pyproject.toml
 # collection carries the same file). Remade when the shipped layers change.
 PLANNER := ansible/roles/zenvllm_instances/files/zenvllm.pyz
 planner: $(PLANNER)
-$(PLANNER): $(VENV)/.installed-deploy scripts/zenvllm/__init__.py $(wildcard scripts/zenvllm/core/*.py scripts/zenvllm/runtime/*.py)
+$(PLANNER): $(VENV)/.installed-deploy scripts/zenvllm/deploy/shipped.py scripts/zenvllm/__init__.py $(wildcard scripts/zenvllm/core/*.py scripts/zenvllm/runtime/*.py)
 	$(BIN)/python -m zenvllm.deploy.shipped $@
 
 # What operators install: the Python package (wheel and sdist) and the Ansible

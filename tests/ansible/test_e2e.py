@@ -773,7 +773,7 @@ def test_a_new_model_version_then_a_bad_image_and_a_rollback_fail_no_request(dep
         URL, "tiny-v2", max_tokens=192, stream=True, cafile=cafile, **client
     ).start()
     try:
-        load.wait_for(5)
+        load.wait_for(3)
         with HealthWatch(PORTS) as watch:
             newer = playbook("-v", extra_vars=serving)
         assert newer.rc == 0 and newer.failed() == 0, newer.failures()
@@ -795,7 +795,7 @@ def test_a_new_model_version_then_a_bad_image_and_a_rollback_fail_no_request(dep
         assert back.rc == 0 and back.failed() == 0, back.failures()
         assert f"rolling back to revision {number + 1} (deployed" in back.output
         sent = load.progress.sent
-        load.wait_for(sent + 5)  # and it serves after the rollback too
+        load.wait_for(sent + 3)  # and it serves after the rollback too
     finally:
         load.stop()
         result = load.join()

@@ -671,7 +671,7 @@ def test_a_rolling_update_across_hosts_fails_nothing(fleet):
     # serves everything, and Ansible, the engine and the load share the machine too.
     load = fleet.load(100_000, **STEADY)
     try:  # stopped however the deploy ends: its threads would hold pytest's exit
-        load.wait_for(6)
+        load.wait_for(3)
         began, sent_before = time.monotonic(), load.progress.sent
         run = fleet.deploy(zenvllm_serial=1, zenvllm_instances_extra_env=ROLLOUT_ENV)
         took, sent_during = time.monotonic() - began, load.progress.sent - sent_before
@@ -680,9 +680,9 @@ def test_a_rolling_update_across_hosts_fails_nothing(fleet):
     result = load.join()
     print(f"rolling update: {sent_during} requests in its {took:.0f} s; {result.summary()}")
     assert run.rc == 0 and run.failed() == 0, run.output[-6000:]
-    # The load went on through the whole rollout: a request every 6 s at least (one
-    # client pausing 3 s: STEADY), however long the rollout takes on this CPU.
-    assert result.failed == 0 and sent_during >= took / 6, result.summary()
+    # The load went on through the whole rollout: a request every 8 s at least (one
+    # client pausing 5 s: STEADY), however long the rollout takes on this CPU.
+    assert result.failed == 0 and sent_during >= took / 8, result.summary()
     for where, old in before.items():
         assert set(fleet.containers(where)).isdisjoint(old), where  # replaced on both hosts
 
@@ -1228,7 +1228,7 @@ def heals_under_load(fleet, head: str, before: str, what: str, fault) -> None:
     fleet.wait_router(True, [head], timeout=600)
     load = fleet.load(100_000, judged=True, **STEADY)
     try:
-        load.wait_for(6)
+        load.wait_for(3)
         start = time.monotonic()
         with fault():
             fleet.wait_router(False, [head], timeout=STEP_TIMEOUT + 60)

@@ -112,17 +112,19 @@ def _whole_stream(response, max_tokens: int) -> None:
     raise ValueError(f"stream cut after {chunks} chunks of up to {max_tokens} tokens")
 
 
-# The pace of a load that runs through a whole rollout or heal: one client, 3 s between
+# The pace of a load that runs through a whole rollout or heal: one client, 5 s between
 # a reply and the next request, so each instance behind a gateway of two hears from it
-# about every 7 s, and a rollout of minutes still sends it scores of requests. vLLM
+# about every 11 s, and a rollout of minutes still sends it dozens of requests. vLLM
 # 0.32's workers busy-poll their message queue for 1 s after each message
 # (shm_broadcast's busy_loop_s): at two clients pausing 0.5 s, each instance under load
 # held a full core doing nothing (measured on the 2-core Zen 4: 1.00 core for a tiny
 # model at 2 clients x 0.5 s or 1 x 0.5 s, 0.72 at 1 x 1.5 s, 0.58 at 1 x 3 s, 0.02
 # idle: docs/test-runs/2026-12-07-zen4-ansible-tier-serial-cpu.txt), and the suite's
-# other workers, starved, took minutes longer. Three loaded tests run for about 30
-# minutes of a make test on a Zen 3: 0.14 of a core less is about 4 CPU-minutes.
-STEADY = {"concurrency": 1, "pause": 3.0}
+# other workers, starved, took minutes longer. At 3 s a request cost about 1.8 s of a
+# core; at 5 s that is about 0.36 of a core (an estimate from those figures, not
+# measured), and the loaded tests run for about 30 minutes of a make test on a Zen 3
+# (the ansible tier, where every core is busy: 2026-12-08, vmstat 0.7% idle).
+STEADY = {"concurrency": 1, "pause": 5.0}
 
 
 def run_load(

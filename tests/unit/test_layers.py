@@ -7,6 +7,7 @@ import ast
 import importlib
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -101,7 +102,9 @@ def test_a_violation_would_be_seen(tmp_path):
 def test_images_and_hosts_receive_only_the_core_and_runtime(tmp_path):
     in_image = sorted(rel.removeprefix("zenvllm/") for rel in shipped.files())
     in_zipapp = zipfile.ZipFile(shipped.write_zipapp(tmp_path / "zenvllm.pyz")).namelist()
-    assert sorted(n.removeprefix("zenvllm/") for n in in_zipapp if n != "__main__.py") == in_image
+    sources = [n for n in in_zipapp if n.endswith(".py") and n != "__main__.py"]
+    assert sorted(n.removeprefix("zenvllm/") for n in sources) == in_image
+    assert sorted(n for n in in_zipapp if n.endswith(".pyc")) == sorted(n + "c" for n in sources)
     layers = {Path(rel).parts[0] for rel in in_image if "/" in rel}
     assert layers == set(SHIPPED_LAYERS) == {"core", "runtime"}
     assert "__init__.py" in in_image and "runtime/__main__.py" in in_image
@@ -118,6 +121,14 @@ def test_images_and_hosts_receive_only_the_core_and_runtime(tmp_path):
 def test_the_zipapp_is_the_same_bytes_each_time_and_refuses_a_foreign_file(tmp_path):
     first = shipped.write_zipapp(tmp_path / "a.pyz").read_bytes()
     assert shipped.write_zipapp(tmp_path / "b.pyz").read_bytes() == first
+    # Its bytecode too, in another process under another hash seed (set constants).
+    for seed in ("1", "2"):
+        other = tmp_path / f"seed-{seed}.pyz"
+        argv = [sys.executable, "-m", "zenvllm.deploy.shipped", str(other)]
+        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(PACKAGE.parent)}
+        subprocess.run(argv, env=env, check=True, capture_output=True)
+        assert other.read_bytes() == first, seed
+        other.unlink()
     assert shipped.write_zipapp(tmp_path / "a.pyz").read_bytes() == first  # its own: replaced
     theirs = tmp_path / "theirs.pyz"
     theirs.write_text("#!/bin/sh\necho an operator's tool\n")
@@ -125,6 +136,50 @@ def test_the_zipapp_is_the_same_bytes_each_time_and_refuses_a_foreign_file(tmp_p
         shipped.write_zipapp(theirs)
     assert theirs.read_text() == "#!/bin/sh\necho an operator's tool\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.pyz", "b.pyz", "theirs.pyz"]
+
+
+def rewritten(pyz: Path, dest: Path, change) -> Path:
+    """A copy of the zipapp with change(name, data) -> data applied to every entry."""
+    with zipfile.ZipFile(pyz) as src, zipfile.ZipFile(dest, "w") as out:
+        for info in src.infolist():
+            out.writestr(info, change(info.filename, src.read(info)))
+    return dest
+
+
+def imports_from(pyz: Path) -> subprocess.CompletedProcess:
+    argv = [
+        sys.executable,
+        "-I",
+        "-c",
+        "import sys; sys.path.insert(0, sys.argv[1]); import zenvllm.core.plan",
+        str(pyz),
+    ]
+    return subprocess.run(argv, capture_output=True, text=True, check=False)
+
+
+def test_hosts_of_this_python_run_the_bytecode_and_others_the_source(tmp_path):
+    """zipimport takes a module's .pyc before its source: with the source broken the
+    import still works; with the bytecode's magic number another Python's, the source
+    is read instead (a broken source then fails, a whole one works)."""
+    pyz = shipped.write_zipapp(tmp_path / "zenvllm.pyz")
+    broken_source = rewritten(
+        pyz,
+        tmp_path / "no-source.pyz",
+        lambda n, d: b"raise SystemExit('read the source')\n" if n == "zenvllm/core/plan.py" else d,
+    )
+    assert imports_from(broken_source).returncode == 0, imports_from(broken_source).stderr
+
+    def other_python(n: str, d: bytes) -> bytes:
+        return b"\0\0\r\n" + d[4:] if n.endswith(".pyc") else d
+
+    other = rewritten(pyz, tmp_path / "other-python.pyz", other_python)
+    assert imports_from(other).returncode == 0, imports_from(other).stderr
+    both = rewritten(
+        other,
+        tmp_path / "other-python-no-source.pyz",
+        lambda n, d: b"raise SystemExit('read the source')\n" if n == "zenvllm/core/plan.py" else d,
+    )
+    assert "read the source" in imports_from(both).stderr
 
 
 def test_what_hosts_receive_runs_alone_on_the_standard_library(tmp_path):
