@@ -158,28 +158,31 @@ def imports_from(pyz: Path) -> subprocess.CompletedProcess:
 
 
 def test_hosts_of_this_python_run_the_bytecode_and_others_the_source(tmp_path):
-    """zipimport takes a module's .pyc before its source: with the source broken the
-    import still works; with the bytecode's magic number another Python's, the source
-    is read instead (a broken source then fails, a whole one works)."""
+    """zipimport takes a module's .pyc before its source while the .pyc's hash is the
+    source's; where the source was edited after, or the magic number is another
+    Python's, it reads the source."""
     pyz = shipped.write_zipapp(tmp_path / "zenvllm.pyz")
-    broken_source = rewritten(
-        pyz,
-        tmp_path / "no-source.pyz",
-        lambda n, d: b"raise SystemExit('read the source')\n" if n == "zenvllm/core/plan.py" else d,
+    plan, said = "zenvllm/core/plan.py", b"raise SystemExit('%s')\n"
+    with zipfile.ZipFile(pyz) as archive:
+        compiled = archive.read(plan + "c")
+    # Bytecode of other code, under the hash of the module's own source: it runs.
+    other = shipped.bytecode({plan: said % b"ran the bytecode"})[plan]
+    swapped = compiled[:16] + other[16:]
+    run = imports_from(
+        rewritten(pyz, tmp_path / "a.pyz", lambda n, d: swapped if n == plan + "c" else d)
     )
-    assert imports_from(broken_source).returncode == 0, imports_from(broken_source).stderr
+    assert "ran the bytecode" in run.stderr, run.stderr
+    # The source edited after the build: its hash differs, the source runs.
+    edited = said % b"read the source"
+    run = imports_from(rewritten(pyz, tmp_path / "b.pyz", lambda n, d: edited if n == plan else d))
+    assert "read the source" in run.stderr, run.stderr
 
+    # Another Python's magic number: the source, whole here, runs.
     def other_python(n: str, d: bytes) -> bytes:
         return b"\0\0\r\n" + d[4:] if n.endswith(".pyc") else d
 
-    other = rewritten(pyz, tmp_path / "other-python.pyz", other_python)
-    assert imports_from(other).returncode == 0, imports_from(other).stderr
-    both = rewritten(
-        other,
-        tmp_path / "other-python-no-source.pyz",
-        lambda n, d: b"raise SystemExit('read the source')\n" if n == "zenvllm/core/plan.py" else d,
-    )
-    assert "read the source" in imports_from(both).stderr
+    run = imports_from(rewritten(pyz, tmp_path / "c.pyz", other_python))
+    assert run.returncode == 0, run.stderr
 
 
 def test_what_hosts_receive_runs_alone_on_the_standard_library(tmp_path):

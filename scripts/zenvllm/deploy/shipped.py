@@ -7,12 +7,12 @@ Ansible collection carries in its instances role and runs with
 byte-for-byte the same for the same sources (fixed order, times and modes), so a
 re-run of the play copies nothing.
 
-Each module is there as source and as bytecode of the Python that builds it (unchecked
+Each module is there as source and as bytecode of the Python that builds it (checked
 hash-based .pyc, PEP 552, so the bytes follow the source alone): zipimport can write no
 bytecode cache, so from source alone every run compiles what it imports (0.35 against
-0.20 s of a Zen 3 core for `zenvllm.runtime --help`), and the hosts run it often (the
-status timer, the play's steps). A host Python of another version finds the magic
-number wrong and reads the source, as zipimport does.
+0.21 to 0.25 s of a Zen 3 core for `zenvllm.runtime --help`), and the hosts run it often
+(the status timer, the play's steps). Where the magic number is another Python's, or
+the source was edited after (its hash differs), zipimport reads the source.
 
     python -m zenvllm.deploy.shipped DEST.pyz
 """
@@ -85,7 +85,7 @@ def write_zipapp(dest: Path) -> Path:
 _COMPILE = """
 import importlib.util, marshal, sys
 sources = marshal.loads(sys.stdin.buffer.read())
-flags = (0b01).to_bytes(4, "little")  # hash-based, the source not checked
+flags = (0b11).to_bytes(4, "little")  # hash-based, checked against the source
 sys.stdout.buffer.write(marshal.dumps({
     name: importlib.util.MAGIC_NUMBER + flags + importlib.util.source_hash(source)
     + marshal.dumps(compile(source, name, "exec", dont_inherit=True))
@@ -96,7 +96,7 @@ sys.stdout.buffer.write(marshal.dumps({
 
 def bytecode(sources: dict[str, bytes]) -> dict[str, bytes]:
     """The .pyc zipimport reads before each source: this Python's magic number, the
-    flags of an unchecked hash-based file, the source's hash, the marshalled code."""
+    flags of a checked hash-based file, the source's hash, the marshalled code."""
     argv = [sys.executable, "-I", "-S", "-c", _COMPILE]
     done = subprocess.run(
         argv, input=marshal.dumps(sources), capture_output=True, env={"PYTHONHASHSEED": "0"}
