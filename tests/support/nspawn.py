@@ -336,7 +336,8 @@ def wait_veth_gone(name: str, timeout: float = 180) -> None:
     machine that ran containers, it stayed about 2 minutes (its network namespace still
     held; by what is not known), and a module run again in that time failed with
     systemd-nspawn's "Failed to add new veth interfaces (vb-NAME:host0): File exists",
-    then waited out ssh."""
+    then waited out ssh. One still there after `timeout` is removed if a killed test
+    machine left it, else refused."""
     link = Path("/sys/class/net") / f"vb-{name}"
     deadline = time.monotonic() + timeout
     while link.exists() and time.monotonic() < deadline:
@@ -344,10 +345,30 @@ def wait_veth_gone(name: str, timeout: float = 180) -> None:
     if not link.exists():
         return
     # A machine killed with its run (CI's time limit, a SIGKILL) left its veth for good
-    # (seen for an hour, 2026-12-08): removed when no machine of that name runs.
-    if machine_running(name):
-        raise RuntimeError(f"a machine named {name} runs already (vb-{name}): stop it first")
-    subprocess.run(["ip", "link", "del", f"vb-{name}"], capture_output=True, check=False)
+    # (seen for an hour, 2026-12-08): removed when no machine of that name runs and it
+    # is a veth as nspawn makes one for the tests' bridges; anything else is left.
+    shown = subprocess.run(
+        ["ip", "-j", "-d", "link", "show", "dev", f"vb-{name}"], capture_output=True, text=True
+    )
+    if shown.returncode != 0:  # gone meanwhile
+        return
+    if machine_running(name) or not veth_left_by_a_test(json.loads(shown.stdout)):
+        raise RuntimeError(
+            f"vb-{name} exists and is not a veth a killed test machine left (a machine of "
+            f"that name runs, or the link is another kind or on another bridge): left "
+            f"untouched; stop that machine or remove the link"
+        )
+    run("ip", "link", "del", f"vb-{name}")
+
+
+def veth_left_by_a_test(shown: list[dict]) -> bool:
+    """Whether the link `ip -j -d link show dev vb-NAME` describes is the host side of a
+    test machine's veth: a veth on one of NETWORKS' bridges, or on none (the bridge gone)."""
+    bridges = {network.bridge for network in NETWORKS}
+    return len(shown) == 1 and (
+        shown[0].get("linkinfo", {}).get("info_kind") == "veth"
+        and shown[0].get("master", "") in bridges | {""}
+    )
 
 
 def machine_running(name: str) -> bool:
